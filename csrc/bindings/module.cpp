@@ -1,0 +1,276 @@
+// The Python boundary: a graph builder, the pass pipeline and compiled
+// executables. Tensors cross as DLPack (nanobind ndarray): constants and inputs
+// are borrowed without copies, outputs are handed back owning their buffers.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/set.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <sstream>
+
+#include "ir/graph.h"
+#include "ir/op_registry.h"
+#include "passes/passes.h"
+#include "runtime/executor.h"
+#include "runtime/parallel.h"
+
+namespace nb = nanobind;
+using namespace ag;
+
+namespace {
+using Arr = nb::ndarray<nb::device::cpu>;
+
+DType dtype_of(nb::dlpack::dtype d) {
+  using C = nb::dlpack::dtype_code;
+  auto code = static_cast<C>(d.code);
+  if (d.lanes != 1) fail("vector dtypes are not supported");
+  if (code == C::Float && d.bits == 32) return DType::f32;
+  if (code == C::Float && d.bits == 64) return DType::f64;
+  if (code == C::Float && d.bits == 16) return DType::f16;
+  if (code == C::Bfloat && d.bits == 16) return DType::bf16;
+  if (code == C::Int && d.bits == 64) return DType::i64;
+  if (code == C::Int && d.bits == 32) return DType::i32;
+  if (code == C::Int && d.bits == 16) return DType::i16;
+  if (code == C::Int && d.bits == 8) return DType::i8;
+  if (code == C::UInt && d.bits == 8) return DType::u8;
+  if (code == C::Bool) return DType::b8;
+  fail("dtype (code ", int(d.code), ", ", int(d.bits), " bits) is not supported by the engine");
+}
+
+nb::dlpack::dtype dl_of(DType t) {
+  nb::dlpack::dtype d;
+  d.lanes = 1;
+  d.bits = static_cast<uint8_t>(dtype_size(t) * 8);
+  switch (t) {
+    case DType::f32: case DType::f64: case DType::f16: d.code = uint8_t(nb::dlpack::dtype_code::Float); break;
+    case DType::bf16: d.code = uint8_t(nb::dlpack::dtype_code::Bfloat); break;
+    case DType::u8: d.code = uint8_t(nb::dlpack::dtype_code::UInt); break;
+    case DType::b8: d.code = uint8_t(nb::dlpack::dtype_code::Bool); break;
+    default: d.code = uint8_t(nb::dlpack::dtype_code::Int);
+  }
+  return d;
+}
+
+DType parse_dtype(const std::string& s) {
+  DType t;
+  if (!dtype_from_name(s, &t)) fail("unknown dtype '", s, "'");
+  return t;
+}
+
+bool is_contiguous(const Arr& a) {
+  int64_t expect = 1;
+  for (int64_t i = static_cast<int64_t>(a.ndim()) - 1; i >= 0; --i) {
+    if (a.shape(i) != 1 && a.stride(i) != expect) return false;
+    expect *= static_cast<int64_t>(a.shape(i));
+  }
+  return true;
+}
+
+Shape shape_of(const Arr& a) {
+  Shape s(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
+  return s;
+}
+
+AttrValue attr_from_py(const std::string& key, nb::handle h) {
+  if (nb::isinstance<nb::bool_>(h)) return nb::cast<bool>(h);
+  if (nb::isinstance<nb::int_>(h)) return nb::cast<int64_t>(h);
+  if (nb::isinstance<nb::float_>(h)) return nb::cast<double>(h);
+  if (nb::isinstance<nb::str>(h)) {
+    std::string s = nb::cast<std::string>(h);
+    if (key == "dtype" || key.ends_with("_dtype")) return parse_dtype(s);
+    return s;
+  }
+  if (nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h)) {
+    bool all_int = true;
+    for (nb::handle x : h) all_int = all_int && nb::isinstance<nb::int_>(x) && !nb::isinstance<nb::bool_>(x);
+    if (all_int) {
+      std::vector<int64_t> v;
+      for (nb::handle x : h) v.push_back(nb::cast<int64_t>(x));
+      return v;
+    }
+    std::vector<double> v;
+    for (nb::handle x : h) v.push_back(nb::cast<double>(x));
+    return v;
+  }
+  fail("attribute '", key, "': unsupported Python type ", nb::cast<std::string>(nb::str(h.type())));
+}
+
+// Owner of an output buffer, handed to the ndarray so the bytes live as long as the tensor.
+struct BufferOwner {
+  std::shared_ptr<void> p;
+};
+
+class PyGraph {
+ public:
+  std::unique_ptr<Graph> g = std::make_unique<Graph>();
+  std::vector<PassStat> stats;
+
+  int add_input(const std::string& dtype, const std::vector<int64_t>& shape, const std::string& name,
+                const std::vector<int>& syms) {
+    TensorType t(parse_dtype(dtype), shape);
+    for (size_t i = 0; i < syms.size() && i < t.dims.size(); ++i) t.dims[i].sym = syms[i];
+    return g->add_input(t, name)->id;
+  }
+  int add_const(Arr a, const std::string& name) {
+    if (!is_contiguous(a)) fail("constant '", name, "' must be contiguous");
+    TensorType t(dtype_of(a.dtype()), shape_of(a));
+    auto s = std::make_shared<Storage>();
+    s->data = a.data();
+    s->nbytes = t.nbytes();
+    // keep the foreign tensor alive; drop the reference with the GIL held
+    nb::object keep = nb::cast(a);
+    s->owner = std::shared_ptr<void>(new nb::object(std::move(keep)), [](void* p) {
+      nb::gil_scoped_acquire gil;
+      delete static_cast<nb::object*>(p);
+    });
+    return g->add_const(t, std::move(s), name)->id;
+  }
+  std::vector<int> add_node(const std::string& op, const std::vector<int>& inputs, nb::dict attrs,
+                            const std::string& name, const std::string& source) {
+    std::vector<Value*> ins;
+    for (int id : inputs) {
+      AG_CHECK(id >= 0 && id < g->num_values(), "node '", name, "' (op ", op, "): invalid input value id ", id);
+      ins.push_back(g->value(id));
+    }
+    Attrs a;
+    for (auto [k, v] : attrs) {
+      std::string key = nb::cast<std::string>(k);
+      a.set(key, attr_from_py(key, v));
+    }
+    Node* n = g->add_node(op, ins, std::move(a), name, source);
+    std::vector<int> outs;
+    for (Value* v : n->outputs) outs.push_back(v->id);
+    return outs;
+  }
+  void set_outputs(const std::vector<int>& ids) {
+    std::vector<Value*> v;
+    for (int id : ids) v.push_back(g->value(id));
+    g->set_outputs(v);
+  }
+  std::pair<std::string, std::vector<int64_t>> value_type(int id) const {
+    const TensorType& t = g->value(id)->type;
+    return {dtype_name(t.dtype), t.shape()};
+  }
+};
+
+class PyExecutable {
+ public:
+  std::shared_ptr<Program> prog;
+  std::unique_ptr<Executor> exe;
+
+  nb::list run(const std::vector<Arr>& inputs, int threads) {
+    const Program& P = *prog;
+    if (inputs.size() != P.input_types.size())
+      fail("compiled graph takes ", P.input_types.size(), " inputs, got ", inputs.size());
+    std::vector<void*> ptrs(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto& a = inputs[i];
+      const TensorType& t = P.input_types[i];
+      DType dt = dtype_of(a.dtype());
+      Shape s = shape_of(a);
+      if (dt != t.dtype || s != t.shape())
+        fail("input ", i, " is ", TensorType(dt, s).str(), " but the graph was compiled for ", t.str());
+      if (!is_contiguous(a)) fail("input ", i, " must be contiguous");
+      ptrs[i] = a.data();
+    }
+    if (threads > 0) set_num_threads(threads);
+    std::vector<OutBuffer> outs;
+    {
+      nb::gil_scoped_release nogil;
+      outs = exe->run(ptrs);
+    }
+    nb::list res;
+    for (auto& o : outs) {
+      Shape sh = o.type.shape();
+      std::vector<size_t> shape(sh.begin(), sh.end());
+      auto* owner = new BufferOwner{o.owner};
+      nb::capsule cap(owner, [](void* p) noexcept { delete static_cast<BufferOwner*>(p); });
+      res.append(nb::ndarray<nb::pytorch>(o.data, shape.size(), shape.data(), cap, nullptr, dl_of(o.type.dtype),
+                                          nb::device::cpu::value)
+                     .cast());
+    }
+    return res;
+  }
+};
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "airgraph C++ core";
+  nb::exception<ag::Error>(m, "EngineError");
+
+  nb::class_<PyGraph>(m, "Graph")
+      .def(nb::init<>())
+      .def("add_input", &PyGraph::add_input, nb::arg("dtype"), nb::arg("shape"), nb::arg("name"),
+           nb::arg("syms") = std::vector<int>{})
+      .def("add_const", &PyGraph::add_const, nb::arg("array"), nb::arg("name"))
+      .def("add_symbol", [](PyGraph& g, const std::string& n) { return g.g->add_symbol(n); })
+      .def("add_node", &PyGraph::add_node, nb::arg("op"), nb::arg("inputs"), nb::arg("attrs"), nb::arg("name") = "",
+           nb::arg("source") = "")
+      .def("set_outputs", &PyGraph::set_outputs)
+      .def("value_type", &PyGraph::value_type)
+      .def("verify", [](PyGraph& g) { g.g->verify(); })
+      .def("num_nodes", [](PyGraph& g) { return g.g->nodes().size(); })
+      .def("__str__", [](PyGraph& g) { return g.g->str(); })
+      .def("node_ops", [](PyGraph& g) {
+        std::vector<std::pair<std::string, std::string>> r;
+        for (auto& n : g.g->nodes()) r.emplace_back(n->name, n->op->name);
+        return r;
+      })
+      .def(
+          "optimize",
+          [](PyGraph& g, const std::set<std::string>& disabled, size_t fold_max_bytes) {
+            PipelineOptions o;
+            o.disabled = disabled;
+            o.fold_max_bytes = fold_max_bytes;
+            g.stats = run_pipeline(*g.g, o);
+            std::vector<std::tuple<std::string, int, int, double>> r;
+            for (auto& s : g.stats) r.emplace_back(s.name, s.changes, s.nodes_after, s.ms);
+            return r;
+          },
+          nb::arg("disabled") = std::set<std::string>{}, nb::arg("fold_max_bytes") = size_t(1) << 20)
+      .def(
+          "compile",
+          [](PyGraph& g, bool inplace) {
+            auto* e = new PyExecutable();
+            e->prog = compile_program(*g.g, inplace);
+            e->exe = std::make_unique<Executor>(e->prog);
+            return e;
+          },
+          nb::arg("allow_inplace") = true, nb::rv_policy::take_ownership);
+
+  nb::class_<PyExecutable>(m, "Executable")
+      .def("run", &PyExecutable::run, nb::arg("inputs"), nb::arg("threads") = 0)
+      .def("stats",
+           [](PyExecutable& e) {
+             nb::dict d;
+             d["nodes"] = e.prog->stats.nodes;
+             d["arena_bytes"] = e.prog->stats.arena_bytes;
+             d["naive_bytes"] = e.prog->stats.naive_bytes;
+             d["const_bytes"] = e.prog->stats.const_bytes;
+             d["inplace"] = e.prog->stats.inplace;
+             return d;
+           })
+      .def("instructions",
+           [](PyExecutable& e) {
+             std::vector<std::tuple<std::string, std::string, std::string>> r;
+             for (size_t i = 0; i < e.prog->instrs.size(); ++i)
+               r.emplace_back(e.prog->instr_names[i], e.prog->instr_ops[i], e.prog->instrs[i].kernel->name());
+             return r;
+           })
+      .def("set_profiling", [](PyExecutable& e, bool on) { e.exe->set_profiling(on); })
+      .def("last_times_ns", [](PyExecutable& e) { return e.exe->last_times_ns(); });
+
+  m.def("ops", [] {
+    std::vector<std::string> r;
+    for (auto* d : all_ops()) r.push_back(d->name);
+    return r;
+  });
+  m.def("set_num_threads", &set_num_threads);
+  m.def("num_threads", &num_threads);
+  m.def("pass_names", &pass_names);
+}

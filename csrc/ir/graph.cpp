@@ -1,0 +1,207 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <unordered_set>
+
+#include "ir/error.h"
+#include "ir/op_registry.h"
+
+namespace ag {
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
+  auto s = std::make_shared<Storage>();
+  size_t padded = ((nbytes + 63) / 64) * 64;
+  if (padded == 0) padded = 64;
+  void* p = std::aligned_alloc(64, padded);
+  AG_CHECK(p != nullptr, "out of memory allocating ", nbytes, " bytes");
+  std::memset(p, 0, padded);
+  s->data = p;
+  s->nbytes = nbytes;
+  s->owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return s;
+}
+
+std::string Node::context() const {
+  std::ostringstream os;
+  os << "node '" << name << "' (op " << (op ? op->name : "?") << ")";
+  if (!inputs.empty()) {
+    os << ", inputs ";
+    for (size_t i = 0; i < inputs.size(); ++i) os << (i ? ", " : "") << inputs[i]->type.str();
+  }
+  if (!outputs.empty()) {
+    os << ", outputs ";
+    for (size_t i = 0; i < outputs.size(); ++i) os << (i ? ", " : "") << outputs[i]->type.str();
+  }
+  if (!attrs.items().empty()) os << ", attrs {" << attrs.str() << "}";
+  if (!source.empty()) os << "\n  at " << source;
+  return os.str();
+}
+
+Value* Graph::new_value(ValueKind k, const TensorType& t, const std::string& name) {
+  auto v = std::make_unique<Value>();
+  v->id = static_cast<int>(values_.size());
+  v->kind = k;
+  v->type = t;
+  v->name = name;
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Value* Graph::add_input(const TensorType& t, const std::string& name) {
+  Value* v = new_value(ValueKind::Input, t, name);
+  inputs_.push_back(v);
+  return v;
+}
+
+Value* Graph::add_const(const TensorType& t, std::shared_ptr<Storage> s, const std::string& name) {
+  AG_CHECK(s && s->nbytes >= t.nbytes(), "constant '", name, "' of type ", t.str(), " has ", s ? s->nbytes : 0,
+           " bytes of data");
+  Value* v = new_value(ValueKind::Const, t, name);
+  v->storage = std::move(s);
+  return v;
+}
+
+int Graph::add_symbol(const std::string& name) {
+  symbols_.push_back(name);
+  return static_cast<int>(symbols_.size()) - 1;
+}
+
+Node* Graph::make_node(const std::string& opname, const std::vector<Value*>& inputs, Attrs attrs,
+                       const std::string& name, const std::string& source) {
+  const OpDef* op = find_op(opname);
+  auto node = std::make_unique<Node>();
+  node->op = op;
+  node->inputs = inputs;
+  node->attrs = std::move(attrs);
+  node->name = name.empty() ? opname + "_" + std::to_string(next_node_id_) : name;
+  node->source = source;
+  if (!op) fail("unknown op '", opname, "' for ", node->context());
+  int n = static_cast<int>(inputs.size());
+  if (n < op->min_inputs || (op->max_inputs >= 0 && n > op->max_inputs))
+    fail("op ", op->name, " takes ", op->min_inputs, "..", op->max_inputs, " inputs, got ", n, ": ", node->context());
+  for (Value* v : inputs) AG_CHECK(v != nullptr, "null input for ", node->context());
+  std::vector<TensorType> in_types;
+  in_types.reserve(inputs.size());
+  for (Value* v : inputs) in_types.push_back(v->type);
+  std::vector<TensorType> out_types;
+  try {
+    out_types = op->infer(in_types, node->attrs);
+  } catch (const Error& e) {
+    fail(e.what(), "\n  in ", node->context());
+  }
+  for (auto& t : out_types)
+    for (auto& d : t.dims) AG_CHECK(d.value >= 0, "negative size inferred for ", node->context());
+  node->id = next_node_id_++;
+  for (size_t i = 0; i < out_types.size(); ++i) {
+    Value* v = new_value(ValueKind::NodeOutput, out_types[i], node->name + (out_types.size() > 1 ? "." + std::to_string(i) : ""));
+    v->producer = node.get();
+    v->output_index = static_cast<int>(i);
+    node->outputs.push_back(v);
+  }
+  Node* raw = node.release();
+  return raw;
+}
+
+Node* Graph::add_node(const std::string& op, const std::vector<Value*>& inputs, Attrs attrs, const std::string& name,
+                      const std::string& source) {
+  Node* n = make_node(op, inputs, std::move(attrs), name, source);
+  nodes_.emplace_back(n);
+  return n;
+}
+
+Node* Graph::insert_node_before(Node* before, const std::string& op, const std::vector<Value*>& inputs, Attrs attrs,
+                                const std::string& name, const std::string& source) {
+  Node* n = make_node(op, inputs, std::move(attrs), name, source);
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& p) { return p.get() == before; });
+  nodes_.insert(it, std::unique_ptr<Node>(n));
+  return n;
+}
+
+void Graph::replace_all_uses(Value* from, Value* to) {
+  for (auto& n : nodes_)
+    for (auto& v : n->inputs)
+      if (v == from) v = to;
+  for (auto& v : outputs_)
+    if (v == from) v = to;
+}
+
+int Graph::remove_nodes_if(const std::function<bool(const Node&)>& dead) {
+  size_t before = nodes_.size();
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return dead(*n); }), nodes_.end());
+  return static_cast<int>(before - nodes_.size());
+}
+
+std::vector<int> Graph::use_counts() const {
+  std::vector<int> c(values_.size(), 0);
+  for (auto& n : nodes_)
+    for (Value* v : n->inputs) c[v->id]++;
+  for (Value* v : outputs_) c[v->id]++;
+  return c;
+}
+
+static std::string vname(const Value* v) { return "%" + v->name; }
+
+std::string Graph::str() const {
+  std::ostringstream os;
+  os << "graph(";
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    os << (i ? ", " : "") << vname(inputs_[i]) << ": " << inputs_[i]->type.str();
+  os << ") {\n";
+  std::unordered_set<const Value*> consts;
+  for (auto& n : nodes_)
+    for (Value* v : n->inputs)
+      if (v->is_const() && consts.insert(v).second)
+        os << "  " << vname(v) << ": " << v->type.str() << " = constant\n";
+  for (auto& n : nodes_) {
+    os << "  ";
+    for (size_t i = 0; i < n->outputs.size(); ++i)
+      os << (i ? ", " : "") << vname(n->outputs[i]) << ": " << n->outputs[i]->type.str();
+    os << " = " << n->op->name << "(";
+    for (size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << vname(n->inputs[i]);
+    os << ")";
+    if (!n->attrs.items().empty()) os << " {" << n->attrs.str() << "}";
+    if (!n->source.empty()) {
+      std::string src = n->source.substr(0, n->source.find('\n'));
+      os << "  # " << src;
+    }
+    os << "\n";
+  }
+  os << "  return ";
+  for (size_t i = 0; i < outputs_.size(); ++i) os << (i ? ", " : "") << vname(outputs_[i]);
+  os << "\n}\n";
+  return os.str();
+}
+
+void Graph::verify() const {
+  std::unordered_set<const Value*> defined;
+  for (Value* v : inputs_) defined.insert(v);
+  for (auto& n : nodes_) {
+    AG_CHECK(n->op != nullptr, "verifier: node '", n->name, "' has no op");
+    for (Value* v : n->inputs) {
+      AG_CHECK(v != nullptr, "verifier: null input in ", n->context());
+      AG_CHECK(v->is_const() || defined.count(v), "verifier: input %", v->name, " used before it is defined in ",
+               n->context());
+    }
+    std::vector<TensorType> in;
+    for (Value* v : n->inputs) in.push_back(v->type);
+    std::vector<TensorType> out;
+    try {
+      out = n->op->infer(in, n->attrs);
+    } catch (const Error& e) {
+      fail("verifier: ", e.what(), "\n  in ", n->context());
+    }
+    AG_CHECK(out.size() == n->outputs.size(), "verifier: output count changed for ", n->context());
+    for (size_t i = 0; i < out.size(); ++i) {
+      AG_CHECK(out[i] == n->outputs[i]->type, "verifier: output ", i, " should be ", out[i].str(), " in ",
+               n->context());
+      AG_CHECK(n->outputs[i]->producer == n.get(), "verifier: output ", i, " has the wrong producer in ", n->context());
+      defined.insert(n->outputs[i]);
+    }
+  }
+  for (Value* v : outputs_)
+    AG_CHECK(v->is_const() || defined.count(v), "verifier: graph output %", v->name, " is never defined");
+}
+
+}  // namespace ag

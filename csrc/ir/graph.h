@@ -1,0 +1,102 @@
+// The IR: a Graph owns Values and Nodes. Nodes are kept in topological order
+// (the order the front built them, kept by every pass). A Value is a graph
+// input, a constant (parameter, buffer or folded tensor, with its bytes), or the
+// output of a node. Every node remembers the FX node it came from and the user's
+// source line so that errors and dumps can point back at the model code.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/attrs.h"
+#include "ir/types.h"
+
+namespace ag {
+
+struct OpDef;
+struct Node;
+
+// Bytes a constant points at. `owner` keeps foreign memory (a torch tensor that
+// came through DLPack) alive; engine-made constants own their buffer through it.
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  std::shared_ptr<void> owner;
+  static std::shared_ptr<Storage> allocate(size_t nbytes);  // 64-byte aligned, zeroed
+};
+
+enum class ValueKind : uint8_t { Input, Const, NodeOutput };
+
+struct Value {
+  int id = -1;
+  ValueKind kind = ValueKind::NodeOutput;
+  TensorType type;
+  Node* producer = nullptr;
+  int output_index = 0;
+  std::shared_ptr<Storage> storage;  // constants only
+  std::string name;
+  bool is_const() const { return kind == ValueKind::Const; }
+};
+
+struct Node {
+  int id = -1;
+  const OpDef* op = nullptr;
+  std::vector<Value*> inputs;
+  std::vector<Value*> outputs;
+  Attrs attrs;
+  std::string name;    // FX node name
+  std::string source;  // user source line ("file.py:12 in forward: x = ...")
+  Value* out(int i = 0) const { return outputs[i]; }
+  std::string context() const;  // op, name, input/output types and source, for errors
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Value* add_input(const TensorType& t, const std::string& name);
+  Value* add_const(const TensorType& t, std::shared_ptr<Storage> s, const std::string& name);
+  // Creates a node, runs the op's shape/dtype inference and creates its outputs.
+  // Errors name the node; the graph is unchanged when it throws.
+  Node* add_node(const std::string& op, const std::vector<Value*>& inputs, Attrs attrs,
+                 const std::string& name = "", const std::string& source = "");
+  // Same, but inserted right before `before` in the node order.
+  Node* insert_node_before(Node* before, const std::string& op, const std::vector<Value*>& inputs, Attrs attrs,
+                           const std::string& name, const std::string& source);
+  void set_outputs(const std::vector<Value*>& outs) { outputs_ = outs; }
+  int add_symbol(const std::string& name);
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  std::vector<Value*>& mutable_outputs() { return outputs_; }
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  const std::vector<std::string>& symbols() const { return symbols_; }
+  Value* value(int id) const { return values_[id].get(); }
+  int num_values() const { return static_cast<int>(values_.size()); }
+
+  // Rewrites every use of `from` (node inputs and graph outputs) to `to`.
+  void replace_all_uses(Value* from, Value* to);
+  // Drops nodes for which `dead(node)` is true; keeps the order of the rest.
+  int remove_nodes_if(const std::function<bool(const Node&)>& dead);
+  // Number of uses of each value id (node inputs plus graph outputs).
+  std::vector<int> use_counts() const;
+
+  std::string str() const;  // readable text, one node a line
+  void verify() const;      // throws ag::Error naming the broken node
+
+ private:
+  Node* make_node(const std::string& op, const std::vector<Value*>& inputs, Attrs attrs, const std::string& name,
+                  const std::string& source);
+  Value* new_value(ValueKind k, const TensorType& t, const std::string& name);
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<std::string> symbols_;
+  int next_node_id_ = 0;
+};
+
+}  // namespace ag

@@ -1,0 +1,66 @@
+// The op registry: an op's name, arity, shape/dtype inference, properties and
+// kernel factory are registered together, in the kernel file that implements it:
+//
+//   AG_REGISTER_OP(relu, {.name = "relu", .min_inputs = 1, .max_inputs = 1,
+//                         .infer = infer_same, .make_kernel = make_relu, .props = kElementwise});
+//
+// Inference sees only input types and attributes and throws ag::Error with a
+// plain message; the graph adds the node context. Kernels are built once per
+// node at compile time with all shapes known, and run with raw pointers.
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/attrs.h"
+#include "ir/types.h"
+
+namespace ag {
+
+struct Node;
+
+enum OpProps : uint32_t {
+  kNoProps = 0,
+  kElementwise = 1u << 0,  // output[i] depends on input[i] only (after broadcasting)
+  kAlias = 1u << 1,        // output 0 is a view of input 0's bytes (see alias_offset)
+  kReduction = 1u << 2,
+  kNoFold = 1u << 3,       // never constant-fold (random, side effects)
+  kNoCSE = 1u << 4,
+};
+
+// A compiled kernel for one node. run() gets the node's input and output
+// pointers in order; it must not allocate or throw on the hot path except for
+// data-dependent errors (an index out of range), which it reports by throwing.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void run(void* const* in, void* const* out) = 0;
+  virtual std::string name() const { return "kernel"; }  // e.g. "onednn_matmul_f32"
+};
+
+using InferFn = std::vector<TensorType> (*)(const std::vector<TensorType>& in, const Attrs& attrs);
+using MakeKernelFn = std::unique_ptr<Kernel> (*)(const Node& node);
+using AliasOffsetFn = int64_t (*)(const Node& node);  // byte offset of output 0 inside input 0
+
+struct OpDef {
+  const char* name = nullptr;
+  int min_inputs = 0;
+  int max_inputs = 0;  // -1: any number
+  InferFn infer = nullptr;
+  MakeKernelFn make_kernel = nullptr;
+  uint32_t props = kNoProps;
+  AliasOffsetFn alias_offset = nullptr;  // kAlias ops; nullptr means offset 0
+  bool has(OpProps p) const { return (props & p) != 0; }
+};
+
+void register_op(const OpDef& def);
+const OpDef* find_op(std::string_view name);  // nullptr if unknown
+std::vector<const OpDef*> all_ops();           // sorted by name
+
+struct OpRegistrar {
+  explicit OpRegistrar(const OpDef& def) { register_op(def); }
+};
+#define AG_REGISTER_OP(ident, ...) static ::ag::OpRegistrar ag_op_registrar_##ident(::ag::OpDef __VA_ARGS__)
+
+}  // namespace ag

@@ -1,0 +1,78 @@
+// Canonicalization: removes nodes that do nothing and rewrites patterns into
+// the forms the kernels prefer.
+//  - reshape to the same shape, permute by the identity, expand to the same
+//    shape, convert to the same dtype, slice over the whole dim, and clone of
+//    an intermediate (the IR is functional, so a copy is never observable;
+//    clones feeding outputs are re-added by materialize_outputs) are dropped;
+//  - reshape(reshape(x)) becomes one reshape;
+//  - matmul(x, permute(w, [1, 0])) with a 2-D constant w becomes linear(x, w),
+//    so weights are used in PyTorch's [out, in] layout with no transpose copy.
+// Runs to a fixed point. Keeps node order and FX names.
+#include "ir/op_registry.h"
+#include "passes/passes.h"
+
+namespace ag {
+namespace {
+
+bool is_op(const Value* v, const char* name) {
+  return v->producer && std::string_view(v->producer->op->name) == name;
+}
+
+bool is_noop(const Node& n) {
+  std::string_view op = n.op->name;
+  const Value* in = n.inputs.empty() ? nullptr : n.inputs[0];
+  const Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
+  if (!in || !out) return false;
+  if (op == "reshape" || op == "expand" || op == "convert")
+    return in->type == out->type;
+  if (op == "permute") {
+    auto p = n.attrs.ints("dims");
+    for (size_t i = 0; i < p.size(); ++i)
+      if (p[i] != static_cast<int64_t>(i)) return false;
+    return true;
+  }
+  if (op == "slice") return in->type == out->type;
+  if (op == "clone") return in->kind == ValueKind::NodeOutput;
+  return false;
+}
+
+}  // namespace
+
+int canonicalize(Graph& g) {
+  int total = 0;
+  for (int round = 0; round < 8; ++round) {
+    int changes = 0;
+    for (auto& up : g.nodes()) {
+      Node* n = up.get();
+      if (is_noop(*n)) {
+        g.replace_all_uses(n->outputs[0], n->inputs[0]);
+        ++changes;
+        continue;
+      }
+      std::string_view op = n->op->name;
+      if (op == "reshape" && is_op(n->inputs[0], "reshape")) {
+        n->inputs[0] = n->inputs[0]->producer->inputs[0];
+        ++changes;
+        continue;
+      }
+      if (op == "matmul" && n->inputs.size() == 2 && is_op(n->inputs[1], "permute")) {
+        Value* t = n->inputs[1];
+        Value* w = t->producer->inputs[0];
+        auto dims = t->producer->attrs.ints("dims");
+        if (w->type.rank() == 2 && dims == std::vector<int64_t>{1, 0} && n->inputs[0]->type.rank() >= 2 &&
+            find_op("linear")) {
+          Node* lin = g.insert_node_before(n, "linear", {n->inputs[0], w}, Attrs{}, n->name, n->source);
+          g.replace_all_uses(n->outputs[0], lin->outputs[0]);
+          ++changes;
+          break;  // node list changed under the iterator
+        }
+      }
+    }
+    if (changes) eliminate_dead_code(g);
+    total += changes;
+    if (!changes) break;
+  }
+  return total;
+}
+
+}  // namespace ag

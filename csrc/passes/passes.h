@@ -1,0 +1,35 @@
+// The pass pipeline. Each pass is one file that says what it does; each returns
+// the number of changes it made. run_pipeline runs them in order, skipping the
+// ones named in `disabled` (so a user can bisect a wrong result to a pass), and
+// records per-pass statistics.
+#pragma once
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace ag {
+
+int canonicalize(Graph& g);        // no-op views/casts away, mm(x, permute(w)) -> linear(x, w)
+int fold_constants(Graph& g, size_t max_bytes);  // run nodes whose inputs are all constant
+int eliminate_common_subexpressions(Graph& g);
+int eliminate_dead_code(Graph& g);
+int materialize_outputs(Graph& g);  // graph outputs that are inputs/constants/duplicates get a copy
+
+struct PassStat {
+  std::string name;
+  int changes = 0;
+  int nodes_after = 0;
+  double ms = 0;
+};
+
+struct PipelineOptions {
+  std::set<std::string> disabled;  // pass names: canonicalize, fold_constants, cse, dce
+  size_t fold_max_bytes = 1 << 20;
+};
+
+std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt);
+std::vector<std::string> pass_names();
+
+}  // namespace ag

@@ -1,0 +1,43 @@
+// The default pipeline, in order:
+//   canonicalize      first, so later passes see one form per pattern
+//   fold_constants    after canonicalize (fewer, larger foldable regions)
+//   cse               after folding: folded constants are compared by identity
+//   dce               drops what cse and folding left unused
+//   materialize_outputs  last: outputs must be fresh buffers whatever came before
+// verify() runs after every pass, so a broken pass is caught where it broke.
+#include <chrono>
+
+#include "passes/passes.h"
+
+namespace ag {
+
+std::vector<std::string> pass_names() { return {"canonicalize", "fold_constants", "cse", "dce", "materialize_outputs"}; }
+
+std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt) {
+  std::vector<PassStat> stats;
+  g.verify();
+  auto run = [&](const std::string& name, auto&& fn) {
+    if (opt.disabled.count(name)) return;
+    auto t0 = std::chrono::steady_clock::now();
+    int c = fn();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    g.verify();
+    stats.push_back(PassStat{name, c, static_cast<int>(g.nodes().size()), ms});
+  };
+  run("canonicalize", [&] { return canonicalize(g); });
+  run("fold_constants", [&] { return fold_constants(g, opt.fold_max_bytes); });
+  run("cse", [&] {
+    int c = eliminate_common_subexpressions(g);
+    return c;
+  });
+  run("dce", [&] { return eliminate_dead_code(g); });
+  // Not optional: the executor relies on it.
+  auto t0 = std::chrono::steady_clock::now();
+  int c = materialize_outputs(g);
+  g.verify();
+  stats.push_back(PassStat{"materialize_outputs", c, static_cast<int>(g.nodes().size()),
+                           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()});
+  return stats;
+}
+
+}  // namespace ag

@@ -1,0 +1,141 @@
+#include "runtime/executor.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "ir/error.h"
+
+namespace ag {
+namespace {
+std::shared_ptr<void> aligned_buffer(size_t nbytes) {
+  size_t padded = ((nbytes + 63) / 64) * 64;
+  if (padded == 0) padded = 64;
+  void* p = std::aligned_alloc(64, padded);
+  AG_CHECK(p != nullptr, "out of memory allocating ", nbytes, " bytes");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+}  // namespace
+
+std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace) {
+  auto prog = std::make_shared<Program>();
+  for (Value* v : g.inputs()) {
+    AG_CHECK(v->type.is_static(), "input %", v->name, " has symbolic shape ", v->type.str(),
+             "; specialize the graph before compiling it");
+    prog->input_types.push_back(v->type);
+  }
+  MemoryPlan plan = plan_memory(g, allow_inplace);
+  prog->arena_bytes = plan.arena_bytes;
+  prog->external_bytes = plan.external_bytes;
+  auto operand = [&](Value* v) {
+    const Location& l = plan.loc[v->id];
+    uint32_t pos = static_cast<uint32_t>(prog->operands.size());
+    int64_t arena_off = -1;
+    void* p = nullptr;
+    switch (l.kind) {
+      case LocKind::Const:
+        p = static_cast<char*>(g.value(l.root)->storage->data) + l.offset;
+        break;
+      case LocKind::Arena:
+        arena_off = l.offset;
+        break;
+      case LocKind::Input:
+      case LocKind::External:
+        prog->patches.push_back(Patch{pos, l.kind, l.index, l.offset});
+        break;
+    }
+    prog->operands.push_back(p);
+    prog->arena_offsets.push_back(arena_off);
+  };
+  for (auto& n : g.nodes()) {
+    AG_CHECK(n->op->make_kernel != nullptr, "op ", n->op->name, " has no kernel: ", n->context());
+    for (Value* v : n->inputs) AG_CHECK(v->type.is_static(), "symbolic shape reached the compiler: ", n->context());
+    Instr ins{};
+    ins.in_begin = static_cast<uint32_t>(prog->operands.size());
+    for (Value* v : n->inputs) operand(v);
+    ins.out_begin = static_cast<uint32_t>(prog->operands.size());
+    for (Value* v : n->outputs) operand(v);
+    std::unique_ptr<Kernel> k;
+    try {
+      k = n->op->make_kernel(*n);
+    } catch (const Error& e) {
+      fail(e.what(), "\n  while preparing the kernel of ", n->context());
+    } catch (const std::exception& e) {
+      fail("kernel preparation failed: ", e.what(), "\n  in ", n->context());
+    }
+    ins.kernel = k.get();
+    prog->kernels.push_back(std::move(k));
+    prog->instrs.push_back(ins);
+    prog->instr_context.push_back(n->context());
+    prog->instr_names.push_back(n->name);
+    prog->instr_ops.push_back(n->op->name);
+  }
+  for (Value* v : g.outputs()) {
+    const Location& l = plan.loc[v->id];
+    AG_CHECK(l.kind == LocKind::External || l.kind == LocKind::Const,
+             "graph output %", v->name, " must be a fresh buffer (canonicalize copies inputs that are returned)");
+    prog->outputs.push_back(OutputSpec{l.kind, l.index, l.offset, v->type, v});
+  }
+  // constants stay alive as long as the program
+  for (auto& n : g.nodes())
+    for (Value* v : n->inputs)
+      if (v->is_const()) prog->stats.const_bytes += v->type.nbytes();
+  prog->stats.nodes = static_cast<int>(g.nodes().size());
+  prog->stats.arena_bytes = plan.arena_bytes;
+  prog->stats.naive_bytes = plan.naive_bytes;
+  prog->stats.inplace = plan.inplace_count;
+  return prog;
+}
+
+Executor::Executor(std::shared_ptr<Program> p) : prog_(std::move(p)) {
+  arena_ = aligned_buffer(prog_->arena_bytes);
+  ops_ = prog_->operands;
+  char* base = static_cast<char*>(arena_.get());
+  for (size_t i = 0; i < ops_.size(); ++i)
+    if (prog_->arena_offsets[i] >= 0) ops_[i] = base + prog_->arena_offsets[i];
+}
+
+std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
+  const Program& P = *prog_;
+  AG_CHECK(inputs.size() == P.input_types.size(), "expected ", P.input_types.size(), " inputs, got ", inputs.size());
+  std::vector<std::shared_ptr<void>> ext;
+  ext.reserve(P.external_bytes.size());
+  for (size_t b : P.external_bytes) ext.push_back(aligned_buffer(b));
+  for (const Patch& p : P.patches) {
+    char* base = p.kind == LocKind::Input ? static_cast<char*>(inputs[p.index]) : static_cast<char*>(ext[p.index].get());
+    ops_[p.pos] = base + p.offset;
+  }
+  void* const* ops = ops_.data();
+  const size_t n = P.instrs.size();
+  if (profiling_) times_.assign(n, 0);
+  size_t i = 0;
+  try {
+    if (!profiling_) {
+      for (; i < n; ++i) {
+        const Instr& ins = P.instrs[i];
+        ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin);
+      }
+    } else {
+      for (; i < n; ++i) {
+        const Instr& ins = P.instrs[i];
+        auto t0 = std::chrono::steady_clock::now();
+        ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin);
+        times_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      }
+    }
+  } catch (const std::exception& e) {
+    fail("kernel failed: ", e.what(), "\n  in ", P.instr_context[i]);
+  }
+  std::vector<OutBuffer> outs;
+  outs.reserve(P.outputs.size());
+  for (const OutputSpec& o : P.outputs) {
+    if (o.kind == LocKind::Const) {
+      outs.push_back(OutBuffer{static_cast<char*>(o.value->storage->data) + o.offset, o.type, o.value->storage->owner});
+    } else {
+      outs.push_back(OutBuffer{static_cast<char*>(ext[o.index].get()) + o.offset, o.type, ext[o.index]});
+    }
+  }
+  return outs;
+}
+
+}  // namespace ag

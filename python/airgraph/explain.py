@@ -1,0 +1,93 @@
+"""airgraph.explain(model, *inputs): which ops ran on the engine and which fell
+back to PyTorch, with counts, printable and as CSV (like TorchAir's fx_summary)."""
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from . import backend as _backend
+from .compiler import CompileReport
+from .config import CompilerConfig
+
+
+@dataclass
+class ExplainReport:
+    reports: list[CompileReport]
+    graph_breaks: int
+
+    @property
+    def nodes(self):
+        return [n for r in self.reports for n in r.nodes]
+
+    @property
+    def total_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def fallback_nodes(self) -> int:
+        return sum(1 for n in self.nodes if not n.native)
+
+    @property
+    def native_nodes(self) -> int:
+        return self.total_nodes - self.fallback_nodes
+
+    @property
+    def compile_ms(self) -> float:
+        return sum(r.compile_ms for r in self.reports)
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """op -> (native count, fallback count)."""
+        nat, fb = Counter(), Counter()
+        for n in self.nodes:
+            (nat if n.native else fb)[n.target] += 1
+        return {op: (nat[op], fb[op]) for op in sorted(set(nat) | set(fb))}
+
+    def fallbacks(self):
+        return [n for n in self.nodes if not n.native]
+
+    def to_csv(self, path: str | None = None) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["op", "native", "fallback", "reason"])
+        reasons = {}
+        for n in self.fallbacks():
+            reasons.setdefault(n.target, n.reason)
+        for op, (a, b) in self.counts().items():
+            w.writerow([op, a, b, reasons.get(op, "")])
+        text = buf.getvalue()
+        if path:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    def __str__(self) -> str:
+        lines = [
+            f"airgraph explain: {len(self.reports)} graph(s), {self.graph_breaks} graph break(s), "
+            f"{self.total_nodes} ATen nodes, {self.native_nodes} native, {self.fallback_nodes} fallback, "
+            f"compile {self.compile_ms:.1f} ms",
+            f"{'op':<48} {'native':>7} {'fallback':>9}",
+        ]
+        for op, (a, b) in self.counts().items():
+            lines.append(f"{op:<48} {a:>7} {b:>9}")
+        for n in self.fallbacks():
+            lines.append(f"  fallback {n.name} ({n.target}): {n.reason}" + (f"\n    at {n.source}" if n.source else ""))
+        return "\n".join(lines)
+
+
+def explain(model, *inputs, config: CompilerConfig | None = None, **kwargs) -> ExplainReport:
+    """Compiles `model` with airgraph, runs it once on `inputs` and reports every ATen node."""
+    sink: list[CompileReport] = []
+    _backend._REPORT_SINKS.append(sink)
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=_backend.get_backend(config), dynamic=False)
+        with torch.no_grad():
+            compiled(*inputs, **kwargs)
+    finally:
+        _backend._REPORT_SINKS.remove(sink)
+        torch._dynamo.reset()
+    return ExplainReport(sink, max(0, len(sink) - 1))

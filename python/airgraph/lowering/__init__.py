@@ -1,0 +1,200 @@
+"""Lowering of ATen FX nodes into the C++ graph builder.
+
+Each op family has one file here with one table row per ATen overload:
+
+    @lowering(aten.relu.default)
+    def _relu(ctx, node, x):
+        return ctx.emit("relu", [ctx.value(x)])
+
+A lowering receives the FX node's args (FX nodes for tensors, Python values for
+the rest) and kwargs, and returns the engine value id of the node's result (or
+a list of ids for a node with several outputs). It raises Unsupported(reason)
+when the engine cannot take this particular use of the op (an unsupported dtype,
+say); the partitioner then leaves that node to PyTorch. ctx.emit attaches the FX
+node name and the user's source line to every engine node it creates.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from .._core import C
+
+aten = torch.ops.aten
+
+LOWERINGS: dict[Any, Callable] = {}
+
+
+class Unsupported(Exception):
+    """This node cannot run on the engine; it will fall back to PyTorch."""
+
+
+def lowering(*targets):
+    def deco(fn):
+        for t in targets:
+            if t in LOWERINGS:
+                raise RuntimeError(f"two lowerings for {t}")
+            LOWERINGS[t] = fn
+        return fn
+
+    return deco
+
+
+_DTYPES = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+_TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
+
+
+def engine_dtype(dt: torch.dtype) -> str:
+    if dt not in _DTYPES:
+        raise Unsupported(f"dtype {dt} is not supported by the engine")
+    return _DTYPES[dt]
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _TORCH_DTYPES[name]
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """'model.py:42 in forward: x = self.fc(x)' from the FX node's stack trace."""
+    st = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', st)
+    if not frames:
+        return ""
+    f, line, fn, code = frames[-1]
+    return f"{f}:{line} in {fn}: {code.strip()}"
+
+
+def static_shape(t) -> list[int]:
+    out = []
+    for s in t.shape:
+        if not isinstance(s, int):
+            try:
+                s = int(s)
+            except Exception as e:  # symbolic
+                raise Unsupported(f"symbolic size {s}") from e
+        out.append(s)
+    return out
+
+
+class LowerCtx:
+    """State while lowering one FX graph into one engine graph."""
+
+    def __init__(self, graph: "C.Graph"):
+        self.g = graph
+        self.env: dict[torch.fx.Node, Any] = {}  # fx node -> value id (or list of ids)
+        self.node: torch.fx.Node | None = None
+        self._counter = 0
+
+    # --- values -------------------------------------------------------------
+    def value(self, arg) -> int:
+        """Engine value id of an FX node argument (tensors only)."""
+        if isinstance(arg, torch.fx.Node):
+            v = self.env.get(arg)
+            if v is None:
+                raise Unsupported(f"input {arg.name} is not a tensor the engine holds")
+            if isinstance(v, list):
+                raise Unsupported(f"input {arg.name} is a tuple; expected a tensor")
+            return v
+        raise Unsupported(f"expected a tensor argument, got {type(arg).__name__}")
+
+    def is_tensor(self, arg) -> bool:
+        return isinstance(arg, torch.fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor)
+
+    def dtype(self, vid: int) -> str:
+        return self.g.value_type(vid)[0]
+
+    def shape(self, vid: int) -> list[int]:
+        return list(self.g.value_type(vid)[1])
+
+    def rank(self, vid: int) -> int:
+        return len(self.shape(vid))
+
+    def out_meta(self, i: int | None = None) -> torch.Tensor:
+        """The FakeTensor PyTorch traced for the current node's output."""
+        val = self.node.meta.get("val")
+        if i is not None:
+            val = val[i]
+        return val
+
+    def out_dtype(self, i: int | None = None) -> str:
+        return engine_dtype(self.out_meta(i).dtype)
+
+    def const(self, value, dtype: str | torch.dtype, shape: list[int] | None = None) -> int:
+        """A constant: a Python scalar (0-d, or filled to `shape`) or a tensor."""
+        if isinstance(dtype, torch.dtype):
+            dtype = engine_dtype(dtype)
+        if isinstance(value, torch.Tensor):
+            t = value.detach().to(torch_dtype(dtype)).contiguous()
+        else:
+            t = torch.full(shape or [], value, dtype=torch_dtype(dtype))
+        self._counter += 1
+        name = f"{self.node.name if self.node is not None else 'c'}_const{self._counter}"
+        return self.g.add_const(t, name)
+
+    # --- emitting nodes -----------------------------------------------------
+    def emit(self, op: str, inputs: list[int], attrs: dict | None = None, nout: int = 1):
+        node = self.node
+        name = node.name if node is not None else op
+        self._counter += 1
+        if node is not None and getattr(self, "_emitted", None) is node:
+            name = f"{node.name}.{op}{self._counter}"
+        self._emitted = node
+        src = source_line(node) if node is not None else ""
+        outs = self.g.add_node(op, list(inputs), dict(attrs or {}), name, src)
+        return outs[0] if nout == 1 else outs
+
+    def cast(self, vid: int, dtype: str | torch.dtype) -> int:
+        if isinstance(dtype, torch.dtype):
+            dtype = engine_dtype(dtype)
+        if self.dtype(vid) == dtype:
+            return vid
+        return self.emit("convert", [vid], {"dtype": dtype})
+
+    def operand(self, arg, dtype: str) -> int:
+        """A tensor argument cast to `dtype`, or a Python scalar as a 0-d constant."""
+        if isinstance(arg, torch.fx.Node):
+            return self.cast(self.value(arg), dtype)
+        if isinstance(arg, (bool, int, float)):
+            return self.const(arg, dtype)
+        raise Unsupported(f"unsupported operand {arg!r}")
+
+    def promote(self, *args) -> str:
+        """torch's type promotion over tensor args (FX nodes) and Python scalars."""
+        vals = []
+        for a in args:
+            if isinstance(a, torch.fx.Node):
+                vals.append(a.meta["val"])
+            elif isinstance(a, (bool, int, float)):
+                vals.append(a)
+            elif a is None:
+                continue
+            else:
+                raise Unsupported(f"unsupported operand {a!r}")
+        if len(vals) == 1:
+            v = vals[0]
+            return engine_dtype(v.dtype if isinstance(v, torch.Tensor) else torch.tensor(v).dtype)
+        dt = vals[0]
+        res = torch.result_type(vals[0], vals[1])
+        for v in vals[2:]:
+            res = torch.promote_types(res, v.dtype if isinstance(v, torch.Tensor) else torch.tensor(v).dtype)
+        del dt
+        return engine_dtype(res)
+
+
+def load_all():
+    """Imports every family file so their rows register."""
+    from . import families  # noqa: F401

@@ -1,0 +1,2 @@
+"""Lowerings: shape ops (see lowering/__init__.py for the API)."""
+from . import Unsupported, aten, lowering  # noqa: F401

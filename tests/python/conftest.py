@@ -1,0 +1,64 @@
+"""Shared helpers for the Python tests.
+
+check(fn, *inputs): compiles `fn` with airgraph (fallback off, so every node
+must run natively), runs it, and compares every output with eager PyTorch.
+"""
+import pytest
+import torch
+
+import airgraph
+
+TOL = {
+    torch.float32: (1e-5, 1e-4),
+    torch.float64: (1e-9, 1e-7),
+    torch.bfloat16: (1.6e-2, 2e-2),
+    torch.float16: (1e-3, 2e-3),
+}
+
+
+def _flat(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flat(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _flat(o)]
+    if hasattr(out, "to_tuple"):
+        return _flat(out.to_tuple())
+    return []
+
+
+def assert_close(got, want, atol=None, rtol=None, msg=""):
+    g, w = _flat(got), _flat(want)
+    assert len(g) == len(w), f"{msg}: {len(g)} outputs vs {len(w)} eager"
+    for i, (a, b) in enumerate(zip(g, w)):
+        assert a.shape == b.shape, f"{msg} output {i}: shape {tuple(a.shape)} vs eager {tuple(b.shape)}"
+        assert a.dtype == b.dtype, f"{msg} output {i}: dtype {a.dtype} vs eager {b.dtype}"
+        if a.dtype.is_floating_point:
+            at, rt = TOL.get(a.dtype, (1e-5, 1e-4))
+            torch.testing.assert_close(a, b, atol=atol if atol is not None else at,
+                                       rtol=rtol if rtol is not None else rt, msg=lambda m: f"{msg} output {i}: {m}")
+        else:
+            assert torch.equal(a, b), f"{msg} output {i}: integer/bool results differ"
+
+
+def compile_native(fn, **cfg):
+    """torch.compile with airgraph, fallback disabled: any unsupported node raises."""
+    torch._dynamo.reset()
+    config = airgraph.CompilerConfig(fallback=False, **cfg)
+    return torch.compile(fn, backend=airgraph.get_backend(config), dynamic=False)
+
+
+def check(fn, *inputs, atol=None, rtol=None, **cfg):
+    """Runs fn eagerly and through airgraph (all nodes native) and compares."""
+    with torch.no_grad():
+        want = fn(*inputs)
+        got = compile_native(fn, **cfg)(*inputs)
+    assert_close(got, want, atol, rtol, msg=getattr(fn, "__name__", "fn"))
+    return got
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    torch._dynamo.reset()
+    yield
