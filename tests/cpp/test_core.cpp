@@ -1,0 +1,388 @@
+// Tests of the IR, the passes, the memory planner and the executor, using
+// test-only ops registered below so they do not depend on any kernel family.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ir/graph.h"
+#include "ir/op_registry.h"
+#include "kernels/common.h"
+#include "passes/passes.h"
+#include "runtime/executor.h"
+#include "runtime/memory_planner.h"
+
+namespace ag {
+namespace {
+
+// t_addc: out = in + c (f32, elementwise)
+std::unique_ptr<Kernel> make_addc(const Node& n) {
+  float c = static_cast<float>(n.attrs.f("c", 1.0));
+  int64_t numel = n.inputs[0]->type.numel();
+  return make_fn_kernel("t_addc", [c, numel](void* const* in, void* const* out) {
+    auto* x = static_cast<const float*>(in[0]);
+    auto* y = static_cast<float*>(out[0]);
+    for (int64_t i = 0; i < numel; ++i) y[i] = x[i] + c;
+  });
+}
+std::vector<TensorType> infer_addc(const std::vector<TensorType>& in, const Attrs&) {
+  AG_CHECK(in[0].dtype == DType::f32, "t_addc takes float32, got ", in[0].str());
+  return {in[0]};
+}
+// t_add: out = a + b (same shapes)
+std::unique_ptr<Kernel> make_add(const Node& n) {
+  int64_t numel = n.inputs[0]->type.numel();
+  return make_fn_kernel("t_add", [numel](void* const* in, void* const* out) {
+    auto* a = static_cast<const float*>(in[0]);
+    auto* b = static_cast<const float*>(in[1]);
+    auto* y = static_cast<float*>(out[0]);
+    for (int64_t i = 0; i < numel; ++i) y[i] = a[i] + b[i];
+  });
+}
+std::vector<TensorType> infer_add(const std::vector<TensorType>& in, const Attrs&) {
+  AG_CHECK(in[0] == in[1], "t_add: shapes differ: ", in[0].str(), " vs ", in[1].str());
+  return {in[0]};
+}
+std::unique_ptr<Kernel> make_fail(const Node&) {
+  return make_fn_kernel("t_fail", [](void* const*, void* const*) { fail("index 7 out of range"); });
+}
+int g_runs_of_count = 0;
+std::unique_ptr<Kernel> make_count(const Node& n) {
+  int64_t numel = n.inputs[0]->type.numel();
+  return make_fn_kernel("t_count", [numel](void* const* in, void* const* out) {
+    ++g_runs_of_count;
+    std::memcpy(out[0], in[0], numel * 4);
+  });
+}
+
+AG_REGISTER_OP(t_addc, {.name = "t_addc", .min_inputs = 1, .max_inputs = 1, .infer = infer_addc,
+                        .make_kernel = make_addc, .props = kElementwise});
+AG_REGISTER_OP(t_add, {.name = "t_add", .min_inputs = 2, .max_inputs = 2, .infer = infer_add,
+                       .make_kernel = make_add, .props = kElementwise});
+AG_REGISTER_OP(t_fail, {.name = "t_fail", .min_inputs = 1, .max_inputs = 1, .infer = infer_same,
+                        .make_kernel = make_fail, .props = kNoFold});
+AG_REGISTER_OP(t_count, {.name = "t_count", .min_inputs = 1, .max_inputs = 1, .infer = infer_same,
+                         .make_kernel = make_count, .props = kNoProps});
+
+Attrs addc(double c) {
+  Attrs a;
+  a.set("c", c);
+  return a;
+}
+
+std::shared_ptr<Storage> filled(int64_t n, float v) {
+  auto s = Storage::allocate(n * 4);
+  for (int64_t i = 0; i < n; ++i) static_cast<float*>(s->data)[i] = v;
+  return s;
+}
+
+TensorType f32(Shape s) { return TensorType(DType::f32, s); }
+
+// ---------------------------------------------------------------- IR
+TEST(IR, BuildPrintVerify) {
+  Graph g;
+  Value* x = g.add_input(f32({2, 3}), "x");
+  Node* n = g.add_node("t_addc", {x}, addc(2), "add_1", "model.py:3 in forward: y = x + 2");
+  g.set_outputs({n->out()});
+  g.verify();
+  std::string s = g.str();
+  EXPECT_NE(s.find("%add_1: float32[2, 3] = t_addc(%x) {c=2}"), std::string::npos) << s;
+  EXPECT_NE(s.find("model.py:3"), std::string::npos);
+  EXPECT_EQ(n->out()->producer, n);
+}
+
+TEST(IR, InferenceErrorNamesNodeOpShapesAndSource) {
+  Graph g;
+  Value* a = g.add_input(f32({2, 3}), "a");
+  Value* b = g.add_input(f32({3, 2}), "b");
+  try {
+    g.add_node("t_add", {a, b}, Attrs{}, "add_7", "net.py:12 in forward: z = a + b");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("add_7"), std::string::npos) << m;
+    EXPECT_NE(m.find("t_add"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32[2, 3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32[3, 2]"), std::string::npos) << m;
+    EXPECT_NE(m.find("net.py:12"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(g.nodes().empty());
+}
+
+TEST(IR, UnknownOpAndArity) {
+  Graph g;
+  Value* a = g.add_input(f32({2}), "a");
+  EXPECT_THROW(g.add_node("no_such_op", {a}, Attrs{}), Error);
+  EXPECT_THROW(g.add_node("t_add", {a}, Attrs{}), Error);
+  TensorType bad(DType::i64, {2});
+  Value* i = g.add_input(bad, "i");
+  EXPECT_THROW(g.add_node("t_addc", {i}, addc(1)), Error);
+}
+
+TEST(IR, SymbolicDims) {
+  Graph g;
+  int s = g.add_symbol("batch");
+  TensorType t = f32({4, 8});
+  t.dims[0].sym = s;
+  Value* x = g.add_input(t, "x");
+  EXPECT_FALSE(x->type.is_static());
+  EXPECT_EQ(x->type.str(), "float32[s0=4, 8]");
+  g.set_outputs({g.add_node("t_addc", {x}, addc(1))->out()});
+  EXPECT_THROW(compile_program(g), Error);  // must be specialized first
+}
+
+TEST(IR, AttrsTyped) {
+  Attrs a;
+  a.set("k", int64_t{3});
+  a.set("f", 0.5);
+  a.set("v", std::vector<int64_t>{1, 2});
+  a.set("d", DType::bf16);
+  EXPECT_EQ(a.i("k"), 3);
+  EXPECT_DOUBLE_EQ(a.f("k"), 3.0);
+  EXPECT_DOUBLE_EQ(a.f("f"), 0.5);
+  EXPECT_EQ(a.ints("v").size(), 2u);
+  EXPECT_EQ(a.dtype("d"), DType::bf16);
+  EXPECT_EQ(a.i("missing", 9), 9);
+  EXPECT_THROW(a.i("f"), Error);
+  EXPECT_THROW(a.i("missing"), Error);
+}
+
+TEST(IR, DTypeConversions) {
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.5f)), 1.5f);
+  EXPECT_EQ(f32_to_bf16(1.00390625f), f32_to_bf16(1.0f));  // ties to even
+  EXPECT_EQ(f16_to_f32(f32_to_f16(0.25f)), 0.25f);
+  DType t;
+  EXPECT_TRUE(dtype_from_name("bfloat16", &t));
+  EXPECT_EQ(t, DType::bf16);
+  EXPECT_FALSE(dtype_from_name("complex64", &t));
+}
+
+// ---------------------------------------------------------------- passes
+TEST(Passes, DeadCodeElimination) {
+  Graph g;
+  Value* x = g.add_input(f32({4}), "x");
+  Value* used = g.add_node("t_addc", {x}, addc(1))->out();
+  g.add_node("t_addc", {x}, addc(2));  // unused
+  g.set_outputs({used});
+  EXPECT_EQ(eliminate_dead_code(g), 1);
+  EXPECT_EQ(g.nodes().size(), 1u);
+}
+
+TEST(Passes, CommonSubexpressions) {
+  Graph g;
+  Value* x = g.add_input(f32({4}), "x");
+  Value* a = g.add_node("t_addc", {x}, addc(1))->out();
+  Value* b = g.add_node("t_addc", {x}, addc(1))->out();
+  Value* c = g.add_node("t_addc", {x}, addc(3))->out();  // different attrs: kept
+  g.set_outputs({g.add_node("t_add", {a, b}, Attrs{})->out(), c});
+  EXPECT_EQ(eliminate_common_subexpressions(g), 1);
+  eliminate_dead_code(g);
+  EXPECT_EQ(g.nodes().size(), 3u);
+  EXPECT_EQ(g.nodes().back()->inputs[0], g.nodes().back()->inputs[1]);
+}
+
+TEST(Passes, FoldConstants) {
+  Graph g;
+  Value* w = g.add_const(f32({3}), filled(3, 2.0f), "w");
+  Value* x = g.add_input(f32({3}), "x");
+  Value* w2 = g.add_node("t_addc", {w}, addc(1))->out();  // constant: folded to 3
+  g.set_outputs({g.add_node("t_add", {x, w2}, Attrs{})->out()});
+  EXPECT_EQ(fold_constants(g, 1 << 20), 1);
+  ASSERT_EQ(g.nodes().size(), 1u);
+  Value* folded = g.nodes()[0]->inputs[1];
+  ASSERT_TRUE(folded->is_const());
+  EXPECT_EQ(static_cast<float*>(folded->storage->data)[2], 3.0f);
+  // a limit of 0 bytes folds nothing
+  Graph h;
+  Value* w3 = h.add_const(f32({3}), filled(3, 2.0f), "w");
+  h.set_outputs({h.add_node("t_addc", {w3}, addc(1))->out()});
+  EXPECT_EQ(fold_constants(h, 0), 0);
+}
+
+TEST(Passes, CanonicalizeReshapes) {
+  Graph g;
+  Value* x = g.add_input(f32({2, 6}), "x");
+  Attrs same, r1, r2;
+  same.set("shape", std::vector<int64_t>{2, 6});
+  r1.set("shape", std::vector<int64_t>{12});
+  r2.set("shape", std::vector<int64_t>{3, 4});
+  Value* a = g.add_node("reshape", {x}, same)->out();      // no-op
+  Value* b = g.add_node("reshape", {a}, r1)->out();
+  Value* c = g.add_node("reshape", {b}, r2)->out();        // reshape(reshape) -> one reshape
+  Value* d = g.add_node("t_addc", {c}, addc(1))->out();
+  g.set_outputs({d});
+  EXPECT_GT(canonicalize(g), 0);
+  g.verify();
+  ASSERT_EQ(g.nodes().size(), 2u);
+  EXPECT_STREQ(g.nodes()[0]->op->name, "reshape");
+  EXPECT_EQ(g.nodes()[0]->inputs[0], x);
+}
+
+TEST(Passes, MaterializeOutputs) {
+  Graph g;
+  Value* x = g.add_input(f32({2}), "x");
+  Value* y = g.add_node("t_addc", {x}, addc(1))->out();
+  g.set_outputs({x, y, y});
+  EXPECT_EQ(materialize_outputs(g), 2);  // the input, and the repeated output
+  g.verify();
+  for (Value* o : g.outputs()) EXPECT_EQ(o->kind, ValueKind::NodeOutput);
+  EXPECT_NE(g.outputs()[1], g.outputs()[2]);
+}
+
+TEST(Passes, PipelineRespectsDisabled) {
+  Graph g;
+  Value* x = g.add_input(f32({4}), "x");
+  Value* a = g.add_node("t_addc", {x}, addc(1))->out();
+  Value* b = g.add_node("t_addc", {x}, addc(1))->out();
+  g.set_outputs({g.add_node("t_add", {a, b}, Attrs{})->out()});
+  PipelineOptions opt;
+  opt.disabled = {"cse"};
+  auto stats = run_pipeline(g, opt);
+  EXPECT_EQ(g.nodes().size(), 3u);
+  for (auto& s : stats) EXPECT_NE(s.name, "cse");
+  run_pipeline(g, PipelineOptions{});
+  EXPECT_EQ(g.nodes().size(), 2u);
+}
+
+// ---------------------------------------------------------------- planner
+TEST(Planner, ReusesMemoryAlongAChain) {
+  Graph g;
+  Value* v = g.add_input(f32({1024}), "x");
+  for (int i = 0; i < 8; ++i) v = g.add_node("t_count", {v}, Attrs{})->out();  // not elementwise: no in place
+  g.set_outputs({v});
+  MemoryPlan p = plan_memory(g);
+  // 7 intermediates of 4 KiB each; at most two are alive at once.
+  EXPECT_EQ(p.naive_bytes, 7u * 4096u);
+  EXPECT_EQ(p.arena_bytes, 2u * 4096u);
+  EXPECT_EQ(p.external_roots.size(), 1u);
+}
+
+TEST(Planner, InPlaceElementwise) {
+  Graph g;
+  Value* v = g.add_input(f32({256}), "x");
+  for (int i = 0; i < 6; ++i) v = g.add_node("t_addc", {v}, addc(1))->out();
+  g.set_outputs({v});
+  MemoryPlan p = plan_memory(g, true);
+  EXPECT_GE(p.inplace_count, 4);
+  EXPECT_EQ(p.arena_bytes, 1024u);
+  MemoryPlan q = plan_memory(g, false);
+  EXPECT_EQ(q.inplace_count, 0);
+  EXPECT_EQ(q.arena_bytes, 2048u);
+}
+
+// Random DAGs: values alive at the same time never share arena bytes.
+TEST(Planner, NoOverlapOnRandomGraphs) {
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 30; ++trial) {
+    Graph g;
+    std::vector<Value*> vals{g.add_input(f32({64}), "x")};
+    std::vector<Value*> big;
+    for (int i = 0; i < 25; ++i) {
+      Value* a = vals[rng() % vals.size()];
+      Value* b = vals[rng() % vals.size()];
+      Value* r = (rng() % 2) ? g.add_node("t_add", {a, b}, Attrs{})->out() : g.add_node("t_count", {a}, Attrs{})->out();
+      vals.push_back(r);
+    }
+    g.set_outputs({vals.back(), vals[vals.size() / 2]});
+    eliminate_dead_code(g);
+    MemoryPlan p = plan_memory(g, trial % 2 == 0);
+    // compute lifetimes directly
+    const auto& nodes = g.nodes();
+    std::vector<int> def(g.num_values(), -1), last(g.num_values(), -1);
+    for (int t = 0; t < (int)nodes.size(); ++t) {
+      for (Value* o : nodes[t]->outputs) def[o->id] = t;
+      for (Value* in : nodes[t]->inputs) last[in->id] = t;
+    }
+    std::vector<Value*> arena;
+    for (auto& n : nodes)
+      for (Value* o : n->outputs)
+        if (p.loc[o->id].kind == LocKind::Arena) arena.push_back(o);
+    for (Value* a : arena)
+      for (Value* b : arena) {
+        if (a == b || p.loc[a->id].offset == p.loc[b->id].offset) continue;  // same slot: in-place chain
+        bool time = def[a->id] <= std::max(last[b->id], def[b->id]) && def[b->id] <= std::max(last[a->id], def[a->id]);
+        int64_t a0 = p.loc[a->id].offset, a1 = a0 + a->type.nbytes();
+        int64_t b0 = p.loc[b->id].offset, b1 = b0 + b->type.nbytes();
+        bool space = a0 < b1 && b0 < a1;
+        EXPECT_FALSE(time && space) << "trial " << trial << ": %" << a->name << " and %" << b->name << " overlap";
+      }
+  }
+}
+
+// ---------------------------------------------------------------- executor
+TEST(Executor, RunsAndReturnsFreshOutputs) {
+  Graph g;
+  Value* x = g.add_input(f32({3}), "x");
+  Value* w = g.add_const(f32({3}), filled(3, 10.0f), "w");
+  Value* a = g.add_node("t_addc", {x}, addc(1))->out();
+  Value* b = g.add_node("t_add", {a, w}, Attrs{})->out();
+  Value* c = g.add_node("t_addc", {b}, addc(0.5))->out();
+  g.set_outputs({c, a});
+  run_pipeline(g, PipelineOptions{});
+  auto prog = compile_program(g);
+  Executor ex(prog);
+  float in[3] = {1, 2, 3};
+  auto o1 = ex.run({in});
+  ASSERT_EQ(o1.size(), 2u);
+  auto* y = static_cast<float*>(o1[0].data);
+  EXPECT_FLOAT_EQ(y[0], 12.5f);
+  EXPECT_FLOAT_EQ(y[2], 14.5f);
+  EXPECT_FLOAT_EQ(static_cast<float*>(o1[1].data)[1], 3.0f);
+  float in2[3] = {0, 0, 0};
+  auto o2 = ex.run({in2});
+  EXPECT_NE(o1[0].data, o2[0].data);   // a second call never overwrites the first results
+  EXPECT_FLOAT_EQ(y[0], 12.5f);
+  EXPECT_FLOAT_EQ(static_cast<float*>(o2[0].data)[0], 11.5f);
+  EXPECT_THROW(ex.run({}), Error);
+}
+
+TEST(Executor, KernelErrorsNameTheNode) {
+  Graph g;
+  Value* x = g.add_input(f32({3}), "x");
+  g.set_outputs({g.add_node("t_fail", {x}, Attrs{}, "embedding_3", "m.py:9 in forward: e = self.emb(ids)")->out()});
+  Executor ex(compile_program(g));
+  float in[3] = {0, 0, 0};
+  try {
+    ex.run({in});
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("index 7 out of range"), std::string::npos) << m;
+    EXPECT_NE(m.find("embedding_3"), std::string::npos) << m;
+    EXPECT_NE(m.find("m.py:9"), std::string::npos) << m;
+  }
+}
+
+TEST(Executor, ViewsAliasWithoutCopies) {
+  Graph g;
+  Value* x = g.add_input(f32({2, 3}), "x");
+  Attrs r;
+  r.set("shape", std::vector<int64_t>{6});
+  Value* a = g.add_node("t_addc", {x}, addc(1))->out();
+  Value* v = g.add_node("reshape", {a}, r)->out();
+  g.set_outputs({v});
+  run_pipeline(g, PipelineOptions{});
+  auto prog = compile_program(g);
+  EXPECT_EQ(prog->arena_bytes, 0u);  // the only intermediate is the output itself
+  Executor ex(prog);
+  float in[6] = {0, 1, 2, 3, 4, 5};
+  auto o = ex.run({in});
+  EXPECT_EQ(o[0].type.shape(), Shape({6}));
+  EXPECT_FLOAT_EQ(static_cast<float*>(o[0].data)[5], 6.0f);
+}
+
+TEST(Executor, ProfilingRecordsEachInstruction) {
+  Graph g;
+  Value* v = g.add_input(f32({8}), "x");
+  for (int i = 0; i < 3; ++i) v = g.add_node("t_count", {v}, Attrs{})->out();
+  g.set_outputs({v});
+  Executor ex(compile_program(g));
+  ex.set_profiling(true);
+  float in[8] = {};
+  g_runs_of_count = 0;
+  ex.run({in});
+  EXPECT_EQ(g_runs_of_count, 3);
+  EXPECT_EQ(ex.last_times_ns().size(), 3u);
+}
+
+}  // namespace
+}  // namespace ag
