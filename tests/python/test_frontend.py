@@ -1,0 +1,149 @@
+"""The front end: backend registration, config, fallback partitioning, errors,
+parameter binding, dynamic shapes, grad mode and output ownership."""
+import pytest
+import torch
+
+import airgraph
+from conftest import assert_close, check, compile_native
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x))) + 1.0
+
+
+def test_backend_name_is_registered():
+    assert "airgraph" in torch._dynamo.list_backends()
+    m = MLP().eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        assert_close(torch.compile(m, backend="airgraph")(x), m(x))
+
+
+def test_options_through_torch_compile():
+    m = MLP().eval()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        c = torch.compile(m, backend="airgraph", options={"disable_passes": ["cse"], "allow_inplace": False})
+        assert_close(c(x), m(x))
+    with pytest.raises(Exception, match="unknown airgraph options"):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(m, backend="airgraph", options={"no_such_option": 1})(x)
+
+
+def test_parameters_are_bound_once_as_constants():
+    m = MLP().eval()
+    x = torch.randn(2, 8)
+    rep = airgraph.explain(m, x)
+    assert rep.fallback_nodes == 0, str(rep)
+    stats = rep.reports[0].exec_stats[0]
+    n_param_bytes = sum(p.numel() * 4 for p in m.parameters())
+    assert stats["const_bytes"] >= n_param_bytes
+    # only x is a runtime input of the engine graph
+    assert stats["nodes"] >= 3
+
+
+def _unsupported(x):
+    # torch.special.bessel_j0 has no engine kernel: it must fall back to PyTorch
+    y = torch.relu(x) * 2.0
+    z = torch.special.bessel_j0(y)
+    return torch.tanh(z) + y
+
+
+def test_fallback_partitions_and_matches_eager():
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        got = torch.compile(_unsupported, backend="airgraph")(x)
+    assert_close(got, _unsupported(x))
+    rep = airgraph.explain(_unsupported, x)
+    assert rep.fallback_nodes == 1, str(rep)
+    assert rep.native_nodes >= 3
+    assert "aten.special_bessel_j0.default" in rep.counts()
+    assert rep.counts()["aten.special_bessel_j0.default"] == (0, 1)
+    csv = rep.to_csv()
+    assert csv.splitlines()[0] == "op,native,fallback,reason"
+    assert "special_bessel_j0" in str(rep)
+
+
+def test_fallback_disabled_names_node_op_and_source():
+    x = torch.randn(4, 5)
+    with pytest.raises(Exception) as ei:
+        with torch.no_grad():
+            compile_native(_unsupported)(x)
+    msg = str(ei.value)
+    assert "special_bessel_j0" in msg
+    assert "test_frontend.py" in msg and "bessel_j0(y)" in msg
+
+
+def test_unsupported_dtype_falls_back():
+    def f(x):
+        return x * 2
+
+    x = torch.randn(3, dtype=torch.complex64)
+    with torch.no_grad():
+        got = torch.compile(f, backend="airgraph")(x)
+    assert torch.equal(got, f(x))
+
+
+def test_dynamic_shapes_specialize_per_shape():
+    m = MLP().eval()
+    c = torch.compile(m, backend="airgraph", dynamic=True)
+    with torch.no_grad():
+        for b in (1, 3, 5, 3):
+            x = torch.randn(b, 8)
+            assert_close(c(x), m(x))
+
+
+def test_grad_mode_forward_on_engine_backward_in_torch():
+    m = MLP()
+    x = torch.randn(2, 8)
+    c = torch.compile(m, backend="airgraph")
+    out = c(x)
+    assert_close(out.detach(), m(x).detach())
+    out.sum().backward()
+    assert m.fc1.weight.grad is not None and m.fc1.weight.grad.abs().sum() > 0
+
+
+def test_outputs_are_fresh_tensors():
+    def f(x):
+        return torch.relu(x) + 1
+
+    c = compile_native(f)
+    x = torch.randn(4)
+    with torch.no_grad():
+        a = c(x)
+        b = c(x)
+    assert a.data_ptr() != b.data_ptr()
+    a.add_(100)
+    assert_close(b, f(x))
+
+
+def test_returning_an_input_and_a_duplicate():
+    def f(x):
+        y = x + 1
+        return x, y, y
+
+    check(f, torch.randn(3))
+
+
+def test_non_contiguous_inputs():
+    def f(x):
+        return torch.relu(x) * 3
+
+    base = torch.randn(6, 8)
+    check(f, base.t())
+    check(f, base[:, ::2])
+
+
+def test_engine_error_is_exported():
+    assert issubclass(airgraph.EngineError, Exception)
+    g = airgraph._C.Graph()
+    x = g.add_input("float32", [2, 3], "x")
+    with pytest.raises(airgraph.EngineError, match=r"(?s)reshape_1.*float32\[2, 3\].*model.py:1"):
+        g.add_node("reshape", [x], {"shape": [4]}, "reshape_1", "model.py:1 in forward: x.view(4)")
