@@ -55,6 +55,12 @@ def report(name: str, size: str, batch: int, runs: int) -> dict:
                 eager_ms=eager_ms, airgraph_ms=ag_ms, compile_s=compile_s, engine_compile_ms=rep.compile_ms)
 
 
+def row_text(r: dict) -> str:
+    return (f"| {r['model']} | {r['nodes']} | {r['fallback']} | {r['max_diff']:.2e} ({r['scale']:.2g}) | "
+            f"{r['eager_ms']:.2f} | {r['airgraph_ms']:.2f} | {r['eager_ms'] / r['airgraph_ms']:.2f}x | "
+            f"{r['compile_s']:.2f} ({r['engine_compile_ms']:.0f}) |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="full", choices=zoo.SIZES)
@@ -72,17 +78,11 @@ def main():
     for name in a.models.split(","):
         r = report(name, a.size, a.batch, a.runs)
         rows.append(r)
-        line = (f"| {r['model']} | {r['nodes']} | {r['fallback']} | {r['max_diff']:.2e} ({r['scale']:.2g}) | "
-                f"{r['eager_ms']:.2f} | {r['airgraph_ms']:.2f} | {r['eager_ms'] / r['airgraph_ms']:.2f}x | "
-                f"{r['compile_s']:.2f} ({r['engine_compile_ms']:.0f}) |")
-        print(line, flush=True)
+        print(row_text(r), flush=True)
     if a.out:
         with open(a.out, "w") as f:
             f.write(f"size={a.size} batch={a.batch} threads={torch.get_num_threads()} runs={a.runs}\n\n{head}\n")
-            for r in rows:
-                f.write(f"| {r['model']} | {r['nodes']} | {r['fallback']} | {r['max_diff']:.2e} ({r['scale']:.2g}) | "
-                        f"{r['eager_ms']:.2f} | {r['airgraph_ms']:.2f} | {r['eager_ms'] / r['airgraph_ms']:.2f}x | "
-                        f"{r['compile_s']:.2f} ({r['engine_compile_ms']:.0f}) |\n")
+            f.writelines(row_text(r) + "\n" for r in rows)
 
 
 if __name__ == "__main__":
