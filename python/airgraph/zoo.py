@@ -190,9 +190,9 @@ def _llama(size, batch, dtype):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, use_cache=False)
         seq = 16
     else:
-        # a TinyLlama-shaped model cut to 4 layers
-        cfg = _config(LlamaConfig, vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
-                      num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048, use_cache=False)
+        # LLaMA-style, 4 layers of 1024 (16 heads of 64, 4 KV heads), LLaMA vocabulary: ~110M parameters
+        cfg = _config(LlamaConfig, vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048, use_cache=False)
         seq = 128
     model = LlamaForCausalLM(cfg)
     _perturb_norms(model)
