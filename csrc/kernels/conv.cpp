@@ -1,0 +1,247 @@
+// "conv"(x, w[, bias]){stride, padding, dilation, groups}: 1-D, 2-D and 3-D
+// convolution (cross-correlation, as PyTorch) on oneDNN. x [N, C, *spatial],
+// w [O, C / groups, *kernel], bias [O]; output [N, O, *out_spatial], all plain
+// NC(D)(H)W. The primitive picks its preferred (blocked) activation layout; the
+// reorders to and from it are prebuilt, and a constant weight is reordered
+// into the primitive's layout once, when the kernel is built. 16-bit dtypes
+// without a native oneDNN implementation are computed in f32.
+#include "kernels/common.h"
+#include "kernels/onednn_util.h"
+
+namespace ag {
+namespace {
+
+using namespace dnnl_util;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+struct ConvParams {
+  Shape stride, padding, dilation;
+  int64_t groups;
+};
+
+ConvParams conv_params(const Attrs& a, int64_t sp) {
+  ConvParams p{a.ints("stride", Shape(sp, 1)), a.ints("padding", Shape(sp, 0)), a.ints("dilation", Shape(sp, 1)),
+               a.i("groups", 1)};
+  auto fix = [&](Shape& v, const char* what) {
+    if (v.size() == 1 && sp > 1) v = Shape(sp, v[0]);
+    AG_CHECK(static_cast<int64_t>(v.size()) == sp, "conv: ", what, " ", shape_str(v), " does not match ", sp,
+             " spatial dims");
+  };
+  fix(p.stride, "stride");
+  fix(p.padding, "padding");
+  fix(p.dilation, "dilation");
+  for (int64_t i = 0; i < sp; ++i) {
+    AG_CHECK(p.stride[i] >= 1, "conv: stride must be >= 1, got ", shape_str(p.stride));
+    AG_CHECK(p.padding[i] >= 0, "conv: padding must be >= 0, got ", shape_str(p.padding));
+    AG_CHECK(p.dilation[i] >= 1, "conv: dilation must be >= 1, got ", shape_str(p.dilation));
+  }
+  AG_CHECK(p.groups >= 1, "conv: groups must be >= 1, got ", p.groups);
+  return p;
+}
+
+std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attrs& a) {
+  const TensorType &x = in[0], &w = in[1];
+  AG_CHECK(x.rank() >= 3 && x.rank() <= 5, "conv: input must be [N, C, *spatial] with 1 to 3 spatial dims, got ",
+           x.str());
+  AG_CHECK(w.rank() == x.rank(), "conv: weight ", w.str(), " must have the input's rank (", x.rank(), ")");
+  AG_CHECK(x.dtype == w.dtype, "conv: dtypes differ: input ", x.str(), ", weight ", w.str());
+  AG_CHECK(x.dtype == DType::f32 || x.dtype == DType::bf16 || x.dtype == DType::f16, "conv: dtype ",
+           dtype_name(x.dtype), " is not supported (float32, bfloat16, float16)");
+  int64_t sp = x.rank() - 2;
+  ConvParams p = conv_params(a, sp);
+  int64_t C = x.size(1), O = w.size(0);
+  AG_CHECK(C == w.size(1) * p.groups, "conv: input ", x.str(), " has ", C, " channels but weight ", w.str(),
+           " with groups=", p.groups, " expects ", w.size(1) * p.groups);
+  AG_CHECK(O % p.groups == 0, "conv: ", O, " output channels are not divisible by groups=", p.groups);
+  if (in.size() > 2) {
+    AG_CHECK(in[2].rank() == 1 && in[2].size(0) == O, "conv: bias must be [", O, "], got ", in[2].str());
+    AG_CHECK(in[2].dtype == x.dtype, "conv: bias dtype ", dtype_name(in[2].dtype), " differs from ",
+             dtype_name(x.dtype));
+  }
+  Shape o{x.size(0), O};
+  for (int64_t i = 0; i < sp; ++i) {
+    int64_t eff = p.dilation[i] * (w.size(2 + i) - 1) + 1;
+    int64_t n = x.size(2 + i) + 2 * p.padding[i] - eff;
+    AG_CHECK(n >= 0, "conv: input ", x.str(), " (padded by ", shape_str(p.padding), ") is smaller than the kernel ",
+             w.str(), " with dilation ", shape_str(p.dilation));
+    o.push_back(n / p.stride[i] + 1);
+  }
+  return {TensorType(x.dtype, o)};
+}
+
+class ConvKernel final : public Kernel {
+ public:
+  explicit ConvKernel(const Node& n) {
+    t_ = n.inputs[0]->type.dtype;
+    xs_ = n.inputs[0]->type.shape();
+    ws_ = n.inputs[1]->type.shape();
+    os_ = n.outputs[0]->type.shape();
+    has_bias_ = n.inputs.size() > 2;
+    x_n_ = TensorType(t_, xs_).numel();
+    w_n_ = TensorType(t_, ws_).numel();
+    o_n_ = TensorType(t_, os_).numel();
+    O_ = ws_[0];
+    const int64_t sp = static_cast<int64_t>(xs_.size()) - 2;
+    ConvParams p = conv_params(n.attrs, sp);
+    const void* w_const = n.inputs[1]->is_const() ? n.inputs[1]->storage->data : nullptr;
+    const void* b_const = has_bias_ && n.inputs[2]->is_const() ? n.inputs[2]->storage->data : nullptr;
+    w_const_ = w_const != nullptr;
+    if (o_n_ == 0) {
+      empty_ = true;
+      return;
+    }
+    if (x_n_ == 0 || w_n_ == 0) {  // no input channels: out = bias
+      zero_ = true;
+      if (t_ != DType::f32) out_f32_ = alloc_buffer(o_n_ * 4);
+      if (has_bias_) bias_f32_ = alloc_buffer(O_ * 4);
+      return;
+    }
+    dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pad(p.padding.begin(), p.padding.end()), dil;
+    for (int64_t d : p.dilation) dil.push_back(d - 1);
+    // grouped weights: [G, O/G, C/G, *k] is the same bytes as PyTorch's [O, C/G, *k]
+    Shape wg = ws_;
+    if (p.groups > 1) {
+      wg[0] = ws_[0] / p.groups;
+      wg.insert(wg.begin(), p.groups);
+    }
+    auto build = [&](dt d) -> bool {
+      auto x_any = dnnl::memory::desc(to_dims(xs_), d, tag::any);
+      auto o_any = dnnl::memory::desc(to_dims(os_), d, tag::any);
+      auto w_md = w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d);
+      dnnl::convolution_forward::primitive_desc pd;
+      bool ok = try_make_pd(pd, [&] {
+        if (has_bias_)
+          return dnnl::convolution_forward::primitive_desc(
+              engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x_any, w_md,
+              plain_desc({O_}, d), o_any, strides, dil, pad, pad, default_attr());
+        return dnnl::convolution_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference,
+                                                         dnnl::algorithm::convolution_direct, x_any, w_md, o_any,
+                                                         strides, dil, pad, pad, default_attr());
+      });
+      if (!ok) return false;
+      std::string impl(pd.impl_info_str());
+      if (d != dt::f32 && impl.find("ref") != std::string::npos) return false;
+      exec_.init(dnnl::convolution_forward(pd), pd.scratchpad_desc());
+      exec_.bind(DNNL_ARG_SRC, pd.src_desc());
+      exec_.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
+      exec_.bind(DNNL_ARG_DST, pd.dst_desc());
+      if (has_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
+      in_ro_.init(plain_desc(xs_, d), pd.src_desc());
+      out_ro_.init(pd.dst_desc(), plain_desc(os_, d));
+      if (in_ro_.needed) x_blk_ = alloc_buffer(pd.src_desc().get_size());
+      if (out_ro_.needed) o_blk_ = alloc_buffer(pd.dst_desc().get_size());
+      w_plain_ = plain_desc(wg, d);
+      w_md_ = pd.weights_desc();
+      name_ = std::string("onednn_conv_") + dtype_name(t_) + (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") +
+              " (" + impl + ")";
+      return true;
+    };
+    if (t_ == DType::f32 || !build(to_dnnl(t_))) {
+      emu_ = t_ != DType::f32;
+      AG_CHECK(build(dt::f32), "oneDNN has no convolution for input ", shape_str(xs_), " and weight ",
+               shape_str(ws_));
+    }
+    if (emu_) {
+      x_f32_ = alloc_buffer(x_n_ * 4);
+      out_f32_ = alloc_buffer(o_n_ * 4);
+      if (!w_const) w_f32_ = alloc_buffer(w_n_ * 4);
+      if (has_bias_) bias_f32_ = alloc_buffer(O_ * 4);
+      if (b_const) {
+        to_f32(t_, b_const, static_cast<float*>(bias_f32_.data()), O_);
+        bias_ready_ = true;
+      }
+    }
+    if (w_const) {  // prepack once
+      const void* src = w_const;
+      Buffer tmp;
+      if (emu_) {
+        tmp = alloc_buffer(w_n_ * 4);
+        to_f32(t_, src, static_cast<float*>(tmp.data()), w_n_);
+        src = tmp.data();
+      }
+      packed_ = alloc_buffer(w_md_.get_size());
+      Reorder ro;
+      ro.init(w_plain_, w_md_);
+      if (ro.needed) ro.run(const_cast<void*>(src), packed_.data());
+      else std::memcpy(packed_.data(), src, w_md_.get_size());
+      exec_.set(DNNL_ARG_WEIGHTS, packed_.data());
+    }
+  }
+
+  std::string name() const override { return name_; }
+
+  void run(void* const* in, void* const* out) override {
+    if (empty_) return;
+    if (zero_) {
+      run_zero(in, out);
+      return;
+    }
+    void* x = in[0];
+    if (emu_) {
+      to_f32(t_, x, static_cast<float*>(x_f32_.data()), x_n_);
+      x = x_f32_.data();
+    }
+    if (in_ro_.needed) {
+      in_ro_.run(x, x_blk_.data());
+      x = x_blk_.data();
+    }
+    exec_.set(DNNL_ARG_SRC, x);
+    if (!w_const_) {
+      void* w = in[1];
+      if (emu_) {
+        to_f32(t_, w, static_cast<float*>(w_f32_.data()), w_n_);
+        w = w_f32_.data();
+      }
+      exec_.set(DNNL_ARG_WEIGHTS, w);
+    }
+    if (has_bias_) {
+      void* b = in[2];
+      if (emu_) {
+        if (!bias_ready_) to_f32(t_, b, static_cast<float*>(bias_f32_.data()), O_);
+        b = bias_f32_.data();
+      }
+      exec_.set(DNNL_ARG_BIAS, b);
+    }
+    void* o_plain = emu_ ? out_f32_.data() : out[0];
+    void* o = out_ro_.needed ? o_blk_.data() : o_plain;
+    exec_.set(DNNL_ARG_DST, o);
+    exec_.run();
+    if (out_ro_.needed) out_ro_.run(o, o_plain);
+    if (emu_) from_f32(t_, static_cast<float*>(o_plain), out[0], o_n_);
+  }
+
+ private:
+  void run_zero(void* const* in, void* const* out) {
+    float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : static_cast<float*>(out_f32_.data());
+    std::memset(o, 0, o_n_ * 4);
+    if (has_bias_) {
+      float* b = static_cast<float*>(bias_f32_.data());
+      to_f32(t_, in[2], b, O_);
+      int64_t N = os_[0], inner = o_n_ / std::max<int64_t>(1, N * O_);
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t c = 0; c < O_; ++c)
+          for (int64_t j = 0; j < inner; ++j) o[(i * O_ + c) * inner + j] = b[c];
+    }
+    if (t_ != DType::f32) from_f32(t_, o, out[0], o_n_);
+  }
+
+  DType t_;
+  Shape xs_, ws_, os_;
+  bool has_bias_ = false, emu_ = false, empty_ = false, zero_ = false, w_const_ = false, bias_ready_ = false;
+  int64_t x_n_ = 0, w_n_ = 0, o_n_ = 0, O_ = 0;
+  Exec exec_;
+  Reorder in_ro_, out_ro_;
+  dnnl::memory::desc w_plain_, w_md_;
+  Buffer packed_, x_blk_, o_blk_, x_f32_, w_f32_, bias_f32_, out_f32_;
+  std::string name_ = "onednn_conv";
+};
+
+std::unique_ptr<Kernel> make_conv(const Node& n) { return std::make_unique<ConvKernel>(n); }
+
+}  // namespace
+
+AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = 3, .infer = infer_conv,
+                      .make_kernel = make_conv, .props = kNoProps});
+
+}  // namespace ag

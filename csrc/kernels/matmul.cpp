@@ -1,0 +1,429 @@
+// "matmul"(a, b[, bias]) and "linear"(x, w[, bias]) on oneDNN's matmul.
+//
+//  matmul: a [..., M, K] @ b [..., K, N] (+ bias broadcast to the output), with
+//          torch.matmul's batch broadcasting for rank >= 2.
+//  linear: x [..., K] @ w[N, K]^T (+ bias [N]); w is used in PyTorch's layout.
+//
+// Primitives are created once per node. A constant right-hand side (weights) is
+// created with format_tag::any and reordered once into oneDNN's preferred
+// blocked layout (prepacking). 16-bit dtypes run natively when this CPU has a
+// oneDNN implementation for them; otherwise they are computed in f32 (inputs
+// widened, f32 accumulation, one rounding of the result), with constant
+// weights widened and prepacked once. For batch-1 bf16 linear layers with
+// constant weights and no native bf16 support, a GEMV reads the bf16 weights
+// directly (decode is bound by weight bytes).
+#include <immintrin.h>
+
+#include "kernels/common.h"
+#include "kernels/onednn_util.h"
+
+namespace ag {
+namespace {
+
+using namespace dnnl_util;
+using dt = dnnl::memory::data_type;
+
+bool float_ok(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+
+Shape matmul_out_shape(const Shape& a, const Shape& b) {
+  Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  Shape o = broadcast_shapes(ba, bb);
+  o.push_back(a[a.size() - 2]);
+  o.push_back(b[b.size() - 1]);
+  return o;
+}
+
+void check_bias(const TensorType& bias, DType t, const Shape& out, const char* op) {
+  AG_CHECK(bias.dtype == t, op, ": bias dtype ", dtype_name(bias.dtype), " differs from the input dtype ",
+           dtype_name(t));
+  Shape bs = bias.shape();
+  AG_CHECK(bs.size() <= out.size(), op, ": bias ", shape_str(bs), " does not broadcast to the output ",
+           shape_str(out));
+  AG_CHECK(broadcast_shapes(bs, out) == out, op, ": bias ", shape_str(bs), " does not broadcast to the output ",
+           shape_str(out));
+}
+
+std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const Attrs&) {
+  const TensorType &a = in[0], &b = in[1];
+  AG_CHECK(a.rank() >= 2 && b.rank() >= 2, "matmul: inputs must have rank >= 2, got ", a.str(), " and ", b.str());
+  AG_CHECK(a.dtype == b.dtype, "matmul: dtypes differ: ", a.str(), " and ", b.str());
+  AG_CHECK(float_ok(a.dtype), "matmul: dtype ", dtype_name(a.dtype), " is not supported (float32, bfloat16, float16)");
+  AG_CHECK(a.size(a.rank() - 1) == b.size(b.rank() - 2), "matmul: inner dimensions differ: ", a.str(), " @ ",
+           b.str());
+  Shape o = matmul_out_shape(a.shape(), b.shape());
+  if (in.size() > 2) check_bias(in[2], a.dtype, o, "matmul");
+  return {TensorType(a.dtype, o)};
+}
+
+std::vector<TensorType> infer_linear(const std::vector<TensorType>& in, const Attrs&) {
+  const TensorType &x = in[0], &w = in[1];
+  AG_CHECK(x.rank() >= 1, "linear: input must have rank >= 1, got ", x.str());
+  AG_CHECK(w.rank() == 2, "linear: weight must be [out, in], got ", w.str());
+  AG_CHECK(x.dtype == w.dtype, "linear: dtypes differ: input ", x.str(), ", weight ", w.str());
+  AG_CHECK(float_ok(x.dtype), "linear: dtype ", dtype_name(x.dtype), " is not supported (float32, bfloat16, float16)");
+  AG_CHECK(x.size(x.rank() - 1) == w.size(1), "linear: input ", x.str(), " has ", x.size(x.rank() - 1),
+           " features but weight ", w.str(), " expects ", w.size(1));
+  Shape o = x.shape();
+  o.back() = w.size(0);
+  if (in.size() > 2) {
+    AG_CHECK(in[2].rank() == 1 && in[2].size(0) == w.size(0), "linear: bias must be [", w.size(0), "], got ",
+             in[2].str());
+    AG_CHECK(in[2].dtype == x.dtype, "linear: bias dtype ", dtype_name(in[2].dtype), " differs from ",
+             dtype_name(x.dtype));
+  }
+  return {TensorType(x.dtype, o)};
+}
+
+Shape pad_front(const Shape& s, size_t r) {
+  Shape o(r - s.size(), 1);
+  o.insert(o.end(), s.begin(), s.end());
+  return o;
+}
+
+// Everything a GEMM node needs, decided at kernel creation.
+struct GemmSpec {
+  DType t;
+  Shape a, b, bias, out;  // all of the output's rank (leading 1s added)
+  bool b_nk = false;      // b is stored [N, K] (linear weights): use its transpose
+  const void* b_const = nullptr;
+  const void* bias_const = nullptr;
+  bool has_bias = false;
+};
+
+class GemmKernel final : public Kernel {
+ public:
+  explicit GemmKernel(const GemmSpec& s) : s_(s) {
+    const size_t r = s.out.size();
+    out_n_ = TensorType(DType::f32, s.out).numel();
+    a_n_ = TensorType(DType::f32, s.a).numel();
+    b_n_ = TensorType(DType::f32, s.b).numel();
+    bias_n_ = s.has_bias ? TensorType(DType::f32, s.bias).numel() : 0;
+    int64_t K = s.a[r - 1];
+    if (out_n_ == 0) {
+      mode_ = Mode::Empty;
+      return;
+    }
+    if (K == 0) {  // out = bias (or 0)
+      mode_ = Mode::ZeroK;
+      setup_emulation_buffers(/*need_a=*/false, /*need_b=*/false);
+      manual_bias_ = s.has_bias;
+      prepare_manual_bias();
+      return;
+    }
+    if (try_gemv()) return;
+    // 1. native dtype, 2. f32 emulation with bias fused, 3. f32 emulation, bias added by hand.
+    if (s.t == DType::f32 || !build(to_dnnl(s.t), s.has_bias)) {
+      emu_ = s.t != DType::f32;
+      if (!build(dt::f32, s.has_bias)) {
+        AG_CHECK(s.has_bias && build(dt::f32, false), "oneDNN has no matmul for ", shape_str(s.a), " @ ",
+                 shape_str(s.b));
+        manual_bias_ = true;
+      }
+    }
+    mode_ = Mode::Dnnl;
+    setup_emulation_buffers(true, s.b_const == nullptr);
+    prepare_weights();
+    prepare_manual_bias();
+    if (s.has_bias && !manual_bias_ && s.bias_const && emu_) {
+      bias_f32_ = alloc_buffer(bias_n_ * 4);
+      to_f32(s.t, s.bias_const, static_cast<float*>(bias_f32_.data()), bias_n_);
+      bias_ready_ = true;
+    }
+  }
+
+  std::string name() const override { return name_; }
+
+  void run(void* const* in, void* const* out) override {
+    switch (mode_) {
+      case Mode::Empty:
+        return;
+      case Mode::Gemv:
+        run_gemv(in[0], s_.has_bias ? in[2] : nullptr, out[0]);
+        return;
+      case Mode::ZeroK: {
+        float* o = out_f32(out[0]);
+        std::memset(o, 0, out_n_ * 4);
+        add_bias(o, in);
+        finish(o, out[0]);
+        return;
+      }
+      case Mode::Dnnl:
+        break;
+    }
+    void* a = in[0];
+    if (emu_) {
+      to_f32(s_.t, a, static_cast<float*>(a_f32_.data()), a_n_);
+      a = a_f32_.data();
+    }
+    exec_.set(DNNL_ARG_SRC, a);
+    if (!s_.b_const) {
+      void* b = in[1];
+      if (emu_) {
+        to_f32(s_.t, b, static_cast<float*>(b_f32_.data()), b_n_);
+        b = b_f32_.data();
+      }
+      exec_.set(DNNL_ARG_WEIGHTS, b);
+    }
+    if (s_.has_bias && !manual_bias_) {
+      void* bias = in[2];
+      if (emu_) {
+        if (!bias_ready_) to_f32(s_.t, bias, static_cast<float*>(bias_f32_.data()), bias_n_);
+        bias = bias_f32_.data();
+      }
+      exec_.set(DNNL_ARG_BIAS, bias);
+    }
+    void* o = emu_ ? out_f32_.data() : out[0];
+    exec_.set(DNNL_ARG_DST, o);
+    exec_.run();
+    if (manual_bias_) add_bias(static_cast<float*>(o), in);
+    if (emu_) from_f32(s_.t, static_cast<float*>(o), out[0], out_n_);
+  }
+
+ private:
+  enum class Mode { Empty, ZeroK, Dnnl, Gemv };
+
+  bool build(dt d, bool with_bias) {
+    const size_t r = s_.out.size();
+    dnnl::memory::desc a_md = plain_desc(s_.a, d);
+    dnnl::memory::desc b_plain;
+    if (s_.b_nk) {  // logical [K, N] over storage [N, K]
+      b_plain = dnnl::memory::desc(to_dims(s_.b), d, dnnl::memory::dims{1, s_.b[0]});
+    } else {
+      b_plain = plain_desc(s_.b, d);
+    }
+    dnnl::memory::desc b_md = s_.b_const ? dnnl::memory::desc(to_dims(s_.b), d, dnnl::memory::format_tag::any) : b_plain;
+    dnnl::memory::desc o_md = plain_desc(s_.out, d);
+    dnnl::matmul::primitive_desc pd;
+    bool ok = try_make_pd(pd, [&] {
+      if (with_bias)
+        return dnnl::matmul::primitive_desc(engine(), a_md, b_md, plain_desc(s_.bias, d), o_md, default_attr());
+      return dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, default_attr());
+    });
+    if (!ok) return false;
+    std::string impl(pd.impl_info_str());
+    if (d != dt::f32 && impl.find("ref") != std::string::npos) return false;  // slow reference: emulate instead
+    (void)r;
+    exec_ = Exec{};
+    exec_.init(dnnl::matmul(pd), pd.scratchpad_desc());
+    exec_.bind(DNNL_ARG_SRC, a_md);
+    exec_.bind(DNNL_ARG_DST, o_md);
+    if (with_bias) exec_.bind(DNNL_ARG_BIAS, plain_desc(s_.bias, d));
+    b_plain_md_ = b_plain;
+    b_md_ = pd.weights_desc();
+    exec_.bind(DNNL_ARG_WEIGHTS, b_md_);
+    name_ = std::string("onednn_matmul_") + dtype_name(s_.t) + (d == dt::f32 && s_.t != DType::f32 ? "_via_f32" : "") +
+            " (" + impl + ")";
+    return true;
+  }
+
+  void setup_emulation_buffers(bool need_a, bool need_b) {
+    if (!emu_ && mode_ != Mode::ZeroK) return;
+    if (s_.t == DType::f32) return;
+    if (need_a) a_f32_ = alloc_buffer(a_n_ * 4);
+    if (need_b) b_f32_ = alloc_buffer(b_n_ * 4);
+    if (s_.has_bias && !s_.bias_const) bias_f32_ = alloc_buffer(bias_n_ * 4);
+    out_f32_ = alloc_buffer(out_n_ * 4);
+  }
+
+  void prepare_weights() {
+    if (!s_.b_const) return;
+    const void* src = s_.b_const;
+    Buffer tmp;
+    if (emu_) {
+      tmp = alloc_buffer(b_n_ * 4);
+      to_f32(s_.t, src, static_cast<float*>(tmp.data()), b_n_);
+      src = tmp.data();
+    }
+    packed_ = alloc_buffer(b_md_.get_size());
+    Reorder ro;
+    ro.init(b_plain_md_, b_md_);
+    if (ro.needed) ro.run(const_cast<void*>(src), packed_.data());
+    else std::memcpy(packed_.data(), src, b_md_.get_size());
+    exec_.set(DNNL_ARG_WEIGHTS, packed_.data());
+  }
+
+  // Bias added by hand, in f32, through broadcast strides.
+  void prepare_manual_bias() {
+    if (!manual_bias_) return;
+    bias_strides_ = broadcast_strides(s_.bias, s_.out);
+    if (s_.bias_const) {
+      bias_f32_ = alloc_buffer(bias_n_ * 4);
+      to_f32(s_.t, s_.bias_const, static_cast<float*>(bias_f32_.data()), bias_n_);
+      bias_ready_ = true;
+    } else if (s_.t != DType::f32 && !bias_f32_.data()) {
+      bias_f32_ = alloc_buffer(bias_n_ * 4);
+    }
+  }
+
+  void add_bias(float* o, void* const* in) {
+    if (!manual_bias_) return;
+    const float* b;
+    if (bias_ready_) b = static_cast<const float*>(bias_f32_.data());
+    else if (s_.t == DType::f32) b = static_cast<const float*>(in[2]);
+    else {
+      to_f32(s_.t, in[2], static_cast<float*>(bias_f32_.data()), bias_n_);
+      b = static_cast<const float*>(bias_f32_.data());
+    }
+    const size_t r = s_.out.size();
+    const int64_t N = s_.out[r - 1];
+    const int64_t rows = out_n_ / N;
+    const int64_t sN = bias_strides_[r - 1];
+    parallel_for(rows, 256, [&](int64_t rb, int64_t re) {
+      for (int64_t row = rb; row < re; ++row) {
+        int64_t off = 0, rem = row;
+        for (int64_t d = static_cast<int64_t>(r) - 2; d >= 0; --d) {
+          off += (rem % s_.out[d]) * bias_strides_[d];
+          rem /= s_.out[d];
+        }
+        float* orow = o + row * N;
+        const float* brow = b + off;
+        for (int64_t j = 0; j < N; ++j) orow[j] += brow[j * sN];
+      }
+    });
+  }
+
+  float* out_f32(void* out) { return s_.t == DType::f32 ? static_cast<float*>(out) : static_cast<float*>(out_f32_.data()); }
+  void finish(float* o, void* out) {
+    if (s_.t != DType::f32) from_f32(s_.t, o, out, out_n_);
+  }
+
+  // --- bf16 GEMV for constant [N, K] weights, small M, no native bf16 ------------
+  bool try_gemv() {
+    const size_t r = s_.out.size();
+    if (s_.t != DType::bf16 || !s_.b_nk || !s_.b_const || r != 2) return false;
+    int64_t M = s_.a[0];
+    if (M > 4) return false;
+    // Prefer oneDNN when it runs bf16 natively.
+    dnnl::matmul::primitive_desc pd;
+    if (try_make_pd(pd, [&] {
+          return dnnl::matmul::primitive_desc(
+              engine(), plain_desc(s_.a, dt::bf16),
+              dnnl::memory::desc(to_dims(s_.b), dt::bf16, dnnl::memory::format_tag::any), plain_desc(s_.out, dt::bf16),
+              default_attr());
+        }) &&
+        std::string(pd.impl_info_str()).find("ref") == std::string::npos)
+      return false;
+    mode_ = Mode::Gemv;
+    M_ = M;
+    K_ = s_.a[1];
+    N_ = s_.out[1];
+    w_ = static_cast<const uint16_t*>(s_.b_const);
+    xf_ = alloc_buffer(M_ * K_ * 4);
+    if (s_.has_bias && s_.bias_const) {
+      bias_f32_ = alloc_buffer(N_ * 4);
+      to_f32(DType::bf16, s_.bias_const, static_cast<float*>(bias_f32_.data()), N_);
+      bias_ready_ = true;
+    } else if (s_.has_bias) {
+      bias_f32_ = alloc_buffer(N_ * 4);
+    }
+    name_ = "gemv_bf16_weights";
+    return true;
+  }
+
+  static inline __m256 load_bf16x8(const uint16_t* p) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_hadd_ps(lo, lo);
+    lo = _mm_hadd_ps(lo, lo);
+    return _mm_cvtss_f32(lo);
+  }
+
+  void run_gemv(const void* x, const void* bias, void* out) {
+    float* xf = static_cast<float*>(xf_.data());
+    const uint16_t* xb = static_cast<const uint16_t*>(x);
+    for (int64_t i = 0; i < M_ * K_; ++i) xf[i] = bf16_to_f32(xb[i]);
+    const float* bf = nullptr;
+    if (bias) {
+      if (!bias_ready_) to_f32(DType::bf16, bias, static_cast<float*>(bias_f32_.data()), N_);
+      bf = static_cast<const float*>(bias_f32_.data());
+    }
+    uint16_t* o = static_cast<uint16_t*>(out);
+    const int64_t K = K_, M = M_, N = N_;
+    const uint16_t* W = w_;
+    parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
+      for (int64_t n = nb; n < ne; ++n) {
+        const uint16_t* wr = W + n * K;
+        for (int64_t m = 0; m < M; ++m) {
+          const float* xr = xf + m * K;
+          __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+          int64_t k = 0;
+          for (; k + 16 <= K; k += 16) {
+            acc0 = _mm256_fmadd_ps(load_bf16x8(wr + k), _mm256_loadu_ps(xr + k), acc0);
+            acc1 = _mm256_fmadd_ps(load_bf16x8(wr + k + 8), _mm256_loadu_ps(xr + k + 8), acc1);
+          }
+          float s = hsum(_mm256_add_ps(acc0, acc1));
+          for (; k < K; ++k) s += bf16_to_f32(wr[k]) * xr[k];
+          if (bf) s += bf[n];
+          o[m * N + n] = f32_to_bf16(s);
+        }
+      }
+    });
+  }
+
+  GemmSpec s_;
+  Mode mode_ = Mode::Dnnl;
+  bool emu_ = false, manual_bias_ = false, bias_ready_ = false;
+  int64_t out_n_ = 0, a_n_ = 0, b_n_ = 0, bias_n_ = 0;
+  Exec exec_;
+  dnnl::memory::desc b_plain_md_, b_md_;
+  Buffer packed_, a_f32_, b_f32_, bias_f32_, out_f32_, xf_;
+  Shape bias_strides_;
+  std::string name_ = "onednn_matmul";
+  // gemv
+  int64_t M_ = 0, K_ = 0, N_ = 0;
+  const uint16_t* w_ = nullptr;
+};
+
+const void* const_data(const Value* v) { return v->is_const() && v->storage ? v->storage->data : nullptr; }
+
+std::unique_ptr<Kernel> make_matmul(const Node& n) {
+  GemmSpec s;
+  s.t = n.inputs[0]->type.dtype;
+  s.out = n.outputs[0]->type.shape();
+  size_t r = s.out.size();
+  s.a = pad_front(n.inputs[0]->type.shape(), r);
+  s.b = pad_front(n.inputs[1]->type.shape(), r);
+  s.b_const = const_data(n.inputs[1]);
+  if (n.inputs.size() > 2) {
+    s.has_bias = true;
+    s.bias = pad_front(n.inputs[2]->type.shape(), r);
+    s.bias_const = const_data(n.inputs[2]);
+  }
+  return std::make_unique<GemmKernel>(s);
+}
+
+std::unique_ptr<Kernel> make_linear(const Node& n) {
+  GemmSpec s;
+  s.t = n.inputs[0]->type.dtype;
+  Shape x = n.inputs[0]->type.shape();
+  int64_t K = x.back(), N = n.inputs[1]->type.size(0);
+  int64_t M = TensorType(DType::f32, x).numel() / std::max<int64_t>(K, 1);
+  if (K == 0) {
+    M = 1;
+    for (size_t i = 0; i + 1 < x.size(); ++i) M *= x[i];
+  }
+  s.a = {M, K};
+  s.b = {K, N};
+  s.out = {M, N};
+  s.b_nk = true;
+  s.b_const = const_data(n.inputs[1]);
+  if (n.inputs.size() > 2) {
+    s.has_bias = true;
+    s.bias = {1, N};
+    s.bias_const = const_data(n.inputs[2]);
+  }
+  return std::make_unique<GemmKernel>(s);
+}
+
+}  // namespace
+
+AG_REGISTER_OP(matmul, {.name = "matmul", .min_inputs = 2, .max_inputs = 3, .infer = infer_matmul,
+                        .make_kernel = make_matmul, .props = kNoProps});
+AG_REGISTER_OP(linear, {.name = "linear", .min_inputs = 2, .max_inputs = 3, .infer = infer_linear,
+                        .make_kernel = make_linear, .props = kNoProps});
+
+}  // namespace ag
