@@ -1,0 +1,114 @@
+// softmax / log_softmax {dim}: numerically stable (subtract the max), computed
+// in float for bf16/f16 (double for f64), with a vectorized exp. The last dim is
+// a row loop; another dim works on tiles of the kept inner dim.
+#include "kernels/reduce_util.h"
+
+namespace ag {
+namespace {
+
+constexpr int kLanes = 8;
+constexpr int kTile = 64;
+
+std::vector<TensorType> infer_softmax(const std::vector<TensorType>& in, const Attrs& a) {
+  AG_CHECK(is_floating(in[0].dtype), "softmax: input must be floating, got ", in[0].str());
+  normalize_dim(a.i("dim"), std::max<int64_t>(in[0].rank(), 1));
+  return {in[0]};
+}
+
+template <typename T, bool kLog>
+void softmax_rows(int64_t O, int64_t R, const T* x, T* y) {
+  using A = acc_t<T>;
+  parallel_for(O, grain_for(3 * R), [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      const T* p = x + o * R;
+      T* q = y + o * R;
+      A ml[kLanes];
+      for (int j = 0; j < kLanes; ++j) ml[j] = -std::numeric_limits<A>::infinity();
+      int64_t i = 0;
+      for (; i + kLanes <= R; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) ml[j] = std::max(ml[j], load(p[i + j]));
+      A m = -std::numeric_limits<A>::infinity();
+      for (int j = 0; j < kLanes; ++j) m = std::max(m, ml[j]);
+      for (; i < R; ++i) m = std::max(m, load(p[i]));
+      A s = 0;
+      if constexpr (!kLog && std::is_same_v<T, A>) {
+        // f32/f64: store the exponentials, then scale them
+#pragma omp simd reduction(+ : s)
+        for (int64_t k = 0; k < R; ++k) {
+          A ev = vexp(p[k] - m);
+          q[k] = ev;
+          s += ev;
+        }
+        const A inv = A(1) / s;
+#pragma omp simd
+        for (int64_t k = 0; k < R; ++k) q[k] *= inv;
+      } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t k = 0; k < R; ++k) s += vexp(load(p[k]) - m);
+        if constexpr (kLog) {
+          const A ls = std::log(s);
+          for (int64_t k = 0; k < R; ++k) store(q[k], load(p[k]) - m - ls);
+        } else {
+          const A inv = A(1) / s;
+          for (int64_t k = 0; k < R; ++k) store(q[k], vexp(load(p[k]) - m) * inv);
+        }
+      }
+    }
+  });
+}
+
+template <typename T, bool kLog>
+void softmax_outer(int64_t O, int64_t R, int64_t I, const T* x, T* y) {
+  using A = acc_t<T>;
+  const int64_t ntile = (I + kTile - 1) / kTile;
+  parallel_for(O * ntile, grain_for(3 * R * kTile), [&](int64_t b, int64_t e) {
+    A m[kTile], s[kTile];
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t o = t / ntile, i0 = (t % ntile) * kTile, w = std::min<int64_t>(kTile, I - i0);
+      const int64_t base = o * R * I + i0;
+      for (int64_t j = 0; j < w; ++j) m[j] = -std::numeric_limits<A>::infinity(), s[j] = 0;
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < w; ++j) m[j] = std::max(m[j], load(x[base + r * I + j]));
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < w; ++j) s[j] += vexp(load(x[base + r * I + j]) - m[j]);
+      if constexpr (kLog) {
+        for (int64_t j = 0; j < w; ++j) s[j] = m[j] + std::log(s[j]);
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t j = 0; j < w; ++j) store(y[base + r * I + j], load(x[base + r * I + j]) - s[j]);
+      } else {
+        for (int64_t j = 0; j < w; ++j) s[j] = A(1) / s[j];
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t j = 0; j < w; ++j)
+            store(y[base + r * I + j], vexp(load(x[base + r * I + j]) - m[j]) * s[j]);
+      }
+    }
+  });
+}
+
+template <bool kLog>
+std::unique_ptr<Kernel> make_softmax(const Node& n) {
+  const TensorType& t = n.inputs[0]->type;
+  int64_t O = 1, R = 1, I = 1;
+  if (t.rank() > 0) split_at_dim(t.shape(), normalize_dim(n.attrs.i("dim"), t.rank()), O, R, I);
+  const char* name = kLog ? "log_softmax" : "softmax";
+  std::unique_ptr<Kernel> k;
+  AG_DISPATCH_FLOAT(t.dtype, name, [&] {
+    k = make_fn_kernel(name, [O, R, I](void* const* in, void* const* out) {
+      auto x = static_cast<const scalar_t*>(in[0]);
+      auto y = static_cast<scalar_t*>(out[0]);
+      if (O * R * I == 0) return;
+      if (I == 1) softmax_rows<scalar_t, kLog>(O, R, x, y);
+      else softmax_outer<scalar_t, kLog>(O, R, I, x, y);
+    });
+  });
+  return k;
+}
+
+}  // namespace
+
+AG_REGISTER_OP(softmax, {.name = "softmax", .min_inputs = 1, .max_inputs = 1, .infer = infer_softmax,
+                         .make_kernel = make_softmax<false>, .props = kNoProps});
+AG_REGISTER_OP(log_softmax, {.name = "log_softmax", .min_inputs = 1, .max_inputs = 1, .infer = infer_softmax,
+                             .make_kernel = make_softmax<true>, .props = kNoProps});
+
+}  // namespace ag
