@@ -28,7 +28,8 @@ std::vector<TensorType> infer_rowwise(const std::vector<TensorType>& in, const A
   bool hw = a.b("has_weight", false), hb = !kRms && a.b("has_bias", false);
   AG_CHECK(static_cast<int64_t>(in.size()) == 1 + hw + hb, op, ": expected ", 1 + hw + hb, " inputs, got ",
            in.size());
-  Shape ns(x.shape().end() - nd, x.shape().end());
+  const Shape xs = x.shape();
+  Shape ns(xs.end() - nd, xs.end());
   if (hw) check_param(op, "weight", in[1], ns, x.dtype);
   if (hb) {
     check_param(op, "bias", in[1 + hw], ns, x.dtype);
