@@ -1,0 +1,110 @@
+// Math functions for the elementwise kernels. The float versions are branch
+// free (selects only) so that GCC vectorizes the loops calling them (libm's
+// scalar expf/tanhf/erff would not be): exp is Cephes' expf (about 1 ulp),
+// tanh is Cephes' polynomial for |x| < 0.625 and 1 - 2/(e^2x + 1) above,
+// erf is a Taylor series below 0.5 and Abramowitz-Stegun 7.1.26 above (the
+// formula PyTorch's vectorized erf uses, abs. error < 1.5e-7). Overflow,
+// underflow, infinities and NaN give what libm gives (denormal results of exp
+// flush to 0). double uses libm.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace ag::math {
+
+inline float bits_to_float(int32_t i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+
+inline float exp_(float x) {
+  const float hi = 88.72283935546875f, lo = -87.3365478515625f;
+  float xc = std::fmin(std::fmax(x, lo), hi);
+  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float z = r * r;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * z + r + 1.0f;
+  // 2^n as two factors so that n in [-126, 128] stays representable
+  int32_t ni = static_cast<int32_t>(n);
+  int32_t n1 = ni >> 1, n2 = ni - n1;
+  float p = y * bits_to_float((n1 + 127) << 23) * bits_to_float((n2 + 127) << 23);
+  p = x > hi ? std::numeric_limits<float>::infinity() : p;
+  p = x < lo ? 0.0f : p;
+  return x != x ? x : p;
+}
+inline double exp_(double x) { return std::exp(x); }
+
+inline float tanh_(float x) {
+  float ax = std::fabs(x);
+  float z = x * x;
+  float s = -5.70498872745e-3f;
+  s = s * z + 2.06390887954e-2f;
+  s = s * z - 5.37397155531e-2f;
+  s = s * z + 1.33314422036e-1f;
+  s = s * z - 3.33332819422e-1f;
+  s = s * z * x + x;
+  float l = 1.0f - 2.0f / (exp_(2.0f * ax) + 1.0f);
+  l = std::copysign(l, x);
+  return ax < 0.625f ? s : l;
+}
+inline double tanh_(double x) { return std::tanh(x); }
+
+inline float erf_(float x) {
+  float ax = std::fabs(x);
+  // small |x|: 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320)
+  float z = x * x;
+  float s = -1.0f / 1320.0f;
+  s = s * z + 1.0f / 216.0f;
+  s = s * z - 1.0f / 42.0f;
+  s = s * z + 1.0f / 10.0f;
+  s = s * z - 1.0f / 3.0f;
+  s = (s * z + 1.0f) * x * 1.12837916709551257f;
+  // large |x|: 1 - t (a1 + t (a2 + ...)) e^(-x^2), t = 1 / (1 + p|x|)
+  float t = 1.0f / (1.0f + 0.3275911f * ax);
+  float q = 1.061405429f;
+  q = q * t - 1.453152027f;
+  q = q * t + 1.421413741f;
+  q = q * t - 0.284496736f;
+  q = q * t + 0.254829592f;
+  float l = 1.0f - q * t * exp_(-z);
+  l = std::copysign(l, x);
+  float r = ax < 0.5f ? s : l;
+  return x != x ? x : r;
+}
+inline double erf_(double x) { return std::erf(x); }
+
+template <typename C> inline C sigmoid_(C x) { return C(1) / (C(1) + exp_(-x)); }
+template <typename C> inline C silu_(C x) { return x / (C(1) + exp_(-x)); }
+template <typename C> inline C gelu_erf_(C x) {
+  return C(0.5) * x * (C(1) + erf_(x * C(0.70710678118654752440)));
+}
+template <typename C> inline C gelu_tanh_(C x) {
+  const C kBeta = C(0.79788456080286535588);  // sqrt(2) * (2/sqrt(pi)) * 0.5
+  const C kKappa = C(0.044715);
+  C inner = kBeta * (x + kKappa * x * x * x);
+  return C(0.5) * x * (C(1) + tanh_(inner));
+}
+
+// Integer power, e >= 0, wrapping like torch.
+template <typename C> inline C ipow(C base, int64_t e) {
+  using U = std::conditional_t<(sizeof(C) > 4), uint64_t, uint32_t>;
+  U r = 1, b = static_cast<U>(base);
+  while (e > 0) {
+    if (e & 1) r *= b;
+    b *= b;
+    e >>= 1;
+  }
+  return static_cast<C>(r);
+}
+
+}  // namespace ag::math
