@@ -5,8 +5,9 @@
 //    an intermediate (the IR is functional, so a copy is never observable;
 //    clones feeding outputs are re-added by materialize_outputs) are dropped;
 //  - reshape(reshape(x)) becomes one reshape;
-//  - matmul(x, permute(w, [1, 0])) with a 2-D constant w becomes linear(x, w),
-//    so weights are used in PyTorch's [out, in] layout with no transpose copy.
+//  - matmul(x, permute(w, [1, 0])[, bias]) with a 2-D w becomes linear(x, w[, bias])
+//    (bias carried when it is [out]), so weights are used in PyTorch's [out, in]
+//    layout with no transpose copy (and are prepacked when constant).
 // Runs to a fixed point. Keeps node order and FX names.
 #include "ir/op_registry.h"
 #include "passes/passes.h"
@@ -55,13 +56,18 @@ int canonicalize(Graph& g) {
         ++changes;
         continue;
       }
-      if (op == "matmul" && n->inputs.size() == 2 && is_op(n->inputs[1], "permute")) {
+      if (op == "matmul" && (n->inputs.size() == 2 || n->inputs.size() == 3) && is_op(n->inputs[1], "permute")) {
         Value* t = n->inputs[1];
         Value* w = t->producer->inputs[0];
         auto dims = t->producer->attrs.ints("dims");
-        if (w->type.rank() == 2 && dims == std::vector<int64_t>{1, 0} && n->inputs[0]->type.rank() >= 2 &&
+        // a bias is carried when it is linear's [out] (matmul's may broadcast along other dims)
+        bool bias_ok = n->inputs.size() == 2 ||
+                       (n->inputs[2]->type.rank() == 1 && n->inputs[2]->type.size(0) == w->type.size(0));
+        if (w->type.rank() == 2 && dims == std::vector<int64_t>{1, 0} && n->inputs[0]->type.rank() >= 2 && bias_ok &&
             find_op("linear")) {
-          Node* lin = g.insert_node_before(n, "linear", {n->inputs[0], w}, Attrs{}, n->name, n->source);
+          std::vector<Value*> ins{n->inputs[0], w};
+          if (n->inputs.size() == 3) ins.push_back(n->inputs[2]);
+          Node* lin = g.insert_node_before(n, "linear", ins, Attrs{}, n->name, n->source);
           g.replace_all_uses(n->outputs[0], lin->outputs[0]);
           ++changes;
           break;  // node list changed under the iterator
