@@ -1,0 +1,381 @@
+// Tests of the matmul family: matmul, linear, conv and sdpa. Each builds a small
+// graph (constant weights where the real models have them, to cover
+// prepacking), runs it through the pass pipeline and the executor and compares
+// with a naive reference computed here; plus bad inputs that must throw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "ir/graph.h"
+#include "ir/op_registry.h"
+#include "kernels/common.h"
+#include "passes/passes.h"
+#include "runtime/executor.h"
+
+namespace ag {
+namespace {
+
+std::vector<float> randn(int64_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+  return o;
+}
+std::vector<float> round_bf16(const std::vector<float>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = bf16_to_f32(f32_to_bf16(v[i]));
+  return o;
+}
+
+struct Arg {
+  TensorType type;
+  const void* data;
+  bool is_const = false;
+};
+
+Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
+  Attrs a;
+  for (auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+// Runs one node (after the pass pipeline) and returns output 0 widened to f32.
+std::vector<float> run_op(const std::string& op, const std::vector<Arg>& args, Attrs a, Shape* out_shape = nullptr,
+                          std::string* kernel_name = nullptr) {
+  Graph g;
+  std::vector<Value*> ins;
+  std::vector<void*> data;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].is_const) {
+      auto s = Storage::allocate(args[i].type.nbytes());
+      std::memcpy(s->data, args[i].data, args[i].type.nbytes());
+      ins.push_back(g.add_const(args[i].type, s, "c" + std::to_string(i)));
+    } else {
+      ins.push_back(g.add_input(args[i].type, "x" + std::to_string(i)));
+      data.push_back(const_cast<void*>(args[i].data));
+    }
+  }
+  Node* n = g.add_node(op, ins, a, "n");
+  g.set_outputs({n->out()});
+  run_pipeline(g, PipelineOptions{});
+  auto prog = compile_program(g);
+  if (kernel_name && !prog->kernels.empty()) *kernel_name = prog->kernels[0]->name();
+  Executor ex(prog);
+  auto outs = ex.run(data);
+  if (out_shape) *out_shape = outs[0].type.shape();
+  int64_t n_out = outs[0].type.numel();
+  std::vector<float> r(n_out);
+  if (outs[0].type.dtype == DType::bf16) {
+    auto p = static_cast<const uint16_t*>(outs[0].data);
+    for (int64_t i = 0; i < n_out; ++i) r[i] = bf16_to_f32(p[i]);
+  } else {
+    std::memcpy(r.data(), outs[0].data, n_out * 4);
+  }
+  return r;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << "at flat index " << i;
+}
+
+// ----------------------------------------------------------------------------- matmul
+
+TEST(MatmulOps, BatchBroadcastWithBias) {
+  // a [2, 1, 3, 5] @ b [4, 5, 6] + bias [4, 1, 6] -> [2, 4, 3, 6]
+  auto a = randn(2 * 3 * 5, 1), b = randn(4 * 5 * 6, 2), bias = randn(4 * 6, 3);
+  Shape os;
+  auto y = run_op("matmul",
+                  {{TensorType(DType::f32, {2, 1, 3, 5}), a.data()},
+                   {TensorType(DType::f32, {4, 5, 6}), b.data()},
+                   {TensorType(DType::f32, {4, 1, 6}), bias.data()}},
+                  {}, &os);
+  ASSERT_EQ(os, (Shape{2, 4, 3, 6}));
+  std::vector<float> ref(2 * 4 * 3 * 6);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j)
+      for (int m = 0; m < 3; ++m)
+        for (int n = 0; n < 6; ++n) {
+          float s = bias[j * 6 + n];
+          for (int k = 0; k < 5; ++k) s += a[(i * 3 + m) * 5 + k] * b[(j * 5 + k) * 6 + n];
+          ref[((i * 4 + j) * 3 + m) * 6 + n] = s;
+        }
+  expect_near(y, ref, 1e-5f, 1e-5f);
+}
+
+TEST(MatmulOps, ConstantRightHandSideBf16) {
+  auto a = round_bf16(randn(7 * 16, 4)), b = round_bf16(randn(16 * 9, 5));
+  auto ab = to_bf16(a), bb = to_bf16(b);
+  auto y = run_op("matmul",
+                  {{TensorType(DType::bf16, {7, 16}), ab.data()}, {TensorType(DType::bf16, {16, 9}), bb.data(), true}},
+                  {});
+  std::vector<float> ref(7 * 9);
+  for (int m = 0; m < 7; ++m)
+    for (int n = 0; n < 9; ++n) {
+      float s = 0;
+      for (int k = 0; k < 16; ++k) s += a[m * 16 + k] * b[k * 9 + n];
+      ref[m * 9 + n] = s;
+    }
+  expect_near(y, ref, 2e-2f, 1e-2f);
+}
+
+TEST(MatmulOps, ZeroInnerDimGivesBias) {
+  std::vector<float> a, b, bias{1.f, 2.f, 3.f};
+  auto y = run_op("matmul",
+                  {{TensorType(DType::f32, {2, 0}), a.data()},
+                   {TensorType(DType::f32, {0, 3}), b.data()},
+                   {TensorType(DType::f32, {3}), bias.data()}},
+                  {});
+  expect_near(y, {1, 2, 3, 1, 2, 3}, 0, 0);
+}
+
+// ----------------------------------------------------------------------------- linear
+
+std::vector<float> linear_ref(const std::vector<float>& x, const std::vector<float>& w, const float* bias, int64_t M,
+                              int64_t K, int64_t N) {
+  std::vector<float> r(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = bias ? bias[n] : 0.0;
+      for (int64_t k = 0; k < K; ++k) s += double(x[m * K + k]) * w[n * K + k];
+      r[m * N + n] = float(s);
+    }
+  return r;
+}
+
+TEST(MatmulOps, LinearPrepackedWeightsF32) {
+  const int64_t K = 37, N = 19;
+  auto x = randn(2 * 3 * K, 6), w = randn(N * K, 7), b = randn(N, 8);
+  Shape os;
+  std::string kname;
+  auto y = run_op("linear",
+                  {{TensorType(DType::f32, {2, 3, K}), x.data()},
+                   {TensorType(DType::f32, {N, K}), w.data(), true},
+                   {TensorType(DType::f32, {N}), b.data(), true}},
+                  {}, &os, &kname);
+  ASSERT_EQ(os, (Shape{2, 3, N}));
+  expect_near(y, linear_ref(x, w, b.data(), 6, K, N), 1e-4f, 1e-4f);
+  EXPECT_NE(kname.find("onednn"), std::string::npos) << kname;
+}
+
+TEST(MatmulOps, LinearRuntimeWeightsNoBias) {
+  const int64_t K = 8, N = 5;
+  auto x = randn(4 * K, 9), w = randn(N * K, 10);
+  auto y = run_op("linear", {{TensorType(DType::f32, {4, K}), x.data()}, {TensorType(DType::f32, {N, K}), w.data()}},
+                  {});
+  expect_near(y, linear_ref(x, w, nullptr, 4, K, N), 1e-5f, 1e-5f);
+}
+
+class LinearBf16 : public ::testing::TestWithParam<int64_t> {};
+TEST_P(LinearBf16, MatchesF32Reference) {  // M = 1 (GEMV path on CPUs without bf16) and larger M
+  const int64_t M = GetParam(), K = 70, N = 33;
+  auto x = round_bf16(randn(M * K, 11)), w = round_bf16(randn(N * K, 12)), b = round_bf16(randn(N, 13));
+  auto xb = to_bf16(x), wb = to_bf16(w), bb = to_bf16(b);
+  auto y = run_op("linear",
+                  {{TensorType(DType::bf16, {M, K}), xb.data()},
+                   {TensorType(DType::bf16, {N, K}), wb.data(), true},
+                   {TensorType(DType::bf16, {N}), bb.data(), true}},
+                  {});
+  expect_near(y, linear_ref(x, w, b.data(), M, K, N), 5e-2f, 1e-2f);
+}
+INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearBf16, ::testing::Values(1, 3, 17));
+
+TEST(MatmulOps, MatmulOfPermutedWeightBecomesLinearWithBias) {
+  if (!find_op("permute")) GTEST_SKIP() << "permute op not registered";
+  const int64_t K = 6, N = 4;
+  auto x = randn(3 * K, 14), w = randn(N * K, 15), b = randn(N, 16);
+  Graph g;
+  Value* xv = g.add_input(TensorType(DType::f32, {3, K}), "x");
+  auto ws = Storage::allocate(N * K * 4);
+  std::memcpy(ws->data, w.data(), N * K * 4);
+  Value* wv = g.add_const(TensorType(DType::f32, {N, K}), ws, "w");
+  auto bs = Storage::allocate(N * 4);
+  std::memcpy(bs->data, b.data(), N * 4);
+  Value* bv = g.add_const(TensorType(DType::f32, {N}), bs, "b");
+  Node* t = g.add_node("permute", {wv}, attrs({{"dims", Shape{1, 0}}}), "t");
+  Node* mm = g.add_node("matmul", {xv, t->out(), bv}, {}, "mm");
+  g.set_outputs({mm->out()});
+  run_pipeline(g, PipelineOptions{});
+  int linear = 0, other = 0;
+  for (auto& n : g.nodes()) (std::string(n->op->name) == "linear" ? linear : other)++;
+  EXPECT_EQ(linear, 1) << g.str();
+  EXPECT_EQ(other, 0) << g.str();
+  Executor ex(compile_program(g));
+  auto outs = ex.run({x.data()});
+  std::vector<float> y(static_cast<float*>(outs[0].data), static_cast<float*>(outs[0].data) + 3 * N);
+  expect_near(y, linear_ref(x, w, b.data(), 3, K, N), 1e-5f, 1e-5f);
+}
+
+// ----------------------------------------------------------------------------- conv
+
+// Naive 2-D cross-correlation (1-D when H == kh == 1).
+std::vector<float> conv2d_ref(const std::vector<float>& x, const std::vector<float>& w, const float* bias, int64_t N,
+                              int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw, int64_t s,
+                              int64_t p, int64_t d, int64_t groups, int64_t ph, int64_t OH, int64_t OW) {
+  std::vector<float> y(N * O * OH * OW);
+  int64_t cg = C / groups, og = O / groups;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double acc = bias ? bias[o] : 0.0;
+          int64_t gi = o / og;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                int64_t ih = oh * s - ph + i * d, iw = ow * s - p + j * d;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                acc += double(x[((n * C + gi * cg + c) * H + ih) * W + iw]) * w[((o * cg + c) * kh + i) * kw + j];
+              }
+          y[((n * O + o) * OH + oh) * OW + ow] = float(acc);
+        }
+  return y;
+}
+
+TEST(MatmulOps, Conv2dStridePaddingDilationGroupsConstWeights) {
+  const int64_t N = 2, C = 4, H = 9, W = 8, O = 6, k = 3, s = 2, p = 2, d = 2, g = 2;
+  const int64_t OH = (H + 2 * p - d * (k - 1) - 1) / s + 1, OW = (W + 2 * p - d * (k - 1) - 1) / s + 1;
+  auto x = randn(N * C * H * W, 20), w = randn(O * (C / g) * k * k, 21), b = randn(O, 22);
+  Shape os;
+  auto y = run_op("conv",
+                  {{TensorType(DType::f32, {N, C, H, W}), x.data()},
+                   {TensorType(DType::f32, {O, C / g, k, k}), w.data(), true},
+                   {TensorType(DType::f32, {O}), b.data(), true}},
+                  attrs({{"stride", Shape{s, s}}, {"padding", Shape{p, p}}, {"dilation", Shape{d, d}}, {"groups", g}}),
+                  &os);
+  ASSERT_EQ(os, (Shape{N, O, OH, OW}));
+  expect_near(y, conv2d_ref(x, w, b.data(), N, C, H, W, O, k, k, s, p, d, g, p, OH, OW), 1e-4f, 1e-4f);
+}
+
+TEST(MatmulOps, Conv1dBf16RuntimeWeights) {
+  const int64_t N = 1, C = 3, W = 11, O = 5, k = 3;
+  auto x = round_bf16(randn(N * C * W, 23)), w = round_bf16(randn(O * C * k, 24));
+  auto xb = to_bf16(x), wb = to_bf16(w);
+  Shape os;
+  auto y = run_op("conv",
+                  {{TensorType(DType::bf16, {N, C, W}), xb.data()}, {TensorType(DType::bf16, {O, C, k}), wb.data()}},
+                  attrs({{"stride", Shape{1}}, {"padding", Shape{1}}, {"dilation", Shape{1}}, {"groups", int64_t{1}}}),
+                  &os);
+  ASSERT_EQ(os, (Shape{N, O, W}));
+  expect_near(y, conv2d_ref(x, w, nullptr, N, C, 1, W, O, 1, k, 1, 1, 1, 1, 0, 1, W), 5e-2f, 1e-2f);
+}
+
+// ----------------------------------------------------------------------------- sdpa
+
+std::vector<float> sdpa_ref(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                            int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t E, float scale,
+                            bool causal, const std::vector<uint8_t>* mask /* [L, S] */) {
+  std::vector<float> o(B * H * L * E, 0.f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      int64_t hk = h / (H / Hk);
+      for (int64_t i = 0; i < L; ++i) {
+        std::vector<double> sc(S);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < S; ++j) {
+          bool keep = (!causal || j <= i) && (!mask || (*mask)[i * S + j]);
+          if (!keep) {
+            sc[j] = -INFINITY;
+            continue;
+          }
+          double s = 0;
+          for (int64_t e = 0; e < E; ++e) s += double(q[((b * H + h) * L + i) * E + e]) * k[((b * Hk + hk) * S + j) * E + e];
+          sc[j] = s * scale;
+          mx = std::max(mx, sc[j]);
+        }
+        if (mx == -INFINITY) continue;
+        double sum = 0;
+        for (auto& s : sc) sum += (s = std::exp(s - mx));
+        for (int64_t e = 0; e < E; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < S; ++j) acc += sc[j] * v[((b * Hk + hk) * S + j) * E + e];
+          o[((b * H + h) * L + i) * E + e] = float(acc / sum);
+        }
+      }
+    }
+  return o;
+}
+
+TEST(MatmulOps, SdpaGqaCausalBoolMaskWithFullyMaskedRow) {
+  const int64_t B = 2, H = 4, Hk = 2, L = 5, S = 7, E = 8;
+  auto q = randn(B * H * L * E, 30), k = randn(B * Hk * S * E, 31), v = randn(B * Hk * S * E, 32);
+  std::vector<uint8_t> mask(L * S);
+  std::mt19937 gen(33);
+  for (auto& m : mask) m = gen() % 3 != 0;
+  for (int64_t j = 0; j < S; ++j) mask[3 * S + j] = 0;  // row 3: every key masked -> 0
+  float scale = 0.3f;
+  auto y = run_op("sdpa",
+                  {{TensorType(DType::f32, {B, H, L, E}), q.data()},
+                   {TensorType(DType::f32, {B, Hk, S, E}), k.data()},
+                   {TensorType(DType::f32, {B, Hk, S, E}), v.data()},
+                   {TensorType(DType::b8, {L, S}), mask.data()}},
+                  attrs({{"scale", double(scale)}, {"is_causal", true}, {"has_mask", true}}));
+  auto ref = sdpa_ref(q, k, v, B, H, Hk, L, S, E, scale, true, &mask);
+  expect_near(y, ref, 1e-5f, 1e-4f);
+  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(y[3 * E + e], 0.f);
+}
+
+TEST(MatmulOps, SdpaAdditiveMaskEqualsBoolMask) {
+  const int64_t B = 1, H = 2, L = 3, S = 4, E = 4;
+  auto q = randn(B * H * L * E, 40), k = randn(B * H * S * E, 41), v = randn(B * H * S * E, 42);
+  std::vector<uint8_t> mask{1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1};
+  std::vector<float> fmask(mask.size());
+  for (size_t i = 0; i < mask.size(); ++i) fmask[i] = mask[i] ? 0.f : -INFINITY;
+  auto y = run_op("sdpa",
+                  {{TensorType(DType::f32, {B, H, L, E}), q.data()},
+                   {TensorType(DType::f32, {B, H, S, E}), k.data()},
+                   {TensorType(DType::f32, {B, H, S, E}), v.data()},
+                   {TensorType(DType::f32, {1, 1, L, S}), fmask.data()}},
+                  attrs({{"scale", 0.5}, {"is_causal", false}, {"has_mask", true}}));
+  expect_near(y, sdpa_ref(q, k, v, B, H, H, L, S, E, 0.5f, false, &mask), 1e-5f, 1e-4f);
+}
+
+// ----------------------------------------------------------------------------- errors
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MatmulOps, BadInputsThrowUsefulErrors) {
+  Graph g;
+  Value* a = g.add_input(TensorType(DType::f32, {3, 4}), "a");
+  Value* b = g.add_input(TensorType(DType::f32, {5, 6}), "b");
+  Value* hb = g.add_input(TensorType(DType::bf16, {6, 4}), "hb");
+  Value* i64 = g.add_input(TensorType(DType::i64, {4, 6}), "i");
+  std::string m = error_of([&] { g.add_node("matmul", {a, b}, {}, "mm"); });
+  EXPECT_NE(m.find("inner dimensions differ"), std::string::npos) << m;
+  EXPECT_NE(m.find("float32[3, 4]"), std::string::npos) << m;
+  m = error_of([&] { g.add_node("linear", {a, hb}, {}, "lin"); });
+  EXPECT_NE(m.find("dtypes differ"), std::string::npos) << m;
+  m = error_of([&] { g.add_node("matmul", {i64, i64}, {}, "mm2"); });
+  EXPECT_NE(m.find("int64"), std::string::npos) << m;
+
+  Value* x = g.add_input(TensorType(DType::f32, {1, 4, 8, 8}), "x");
+  Value* w = g.add_input(TensorType(DType::f32, {6, 3, 3, 3}), "w");
+  m = error_of([&] { g.add_node("conv", {x, w}, {}, "conv"); });
+  EXPECT_NE(m.find("channels"), std::string::npos) << m;
+
+  Value* q = g.add_input(TensorType(DType::f32, {1, 3, 4, 8}), "q");
+  Value* k = g.add_input(TensorType(DType::f32, {1, 2, 4, 8}), "k");
+  m = error_of([&] { g.add_node("sdpa", {q, k, k}, attrs({{"scale", 1.0}}), "attn"); });
+  EXPECT_NE(m.find("multiple of key heads"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace ag
