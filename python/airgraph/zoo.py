@@ -412,8 +412,11 @@ def check_model(name: str, size: str = "small", batch: int = 2, dtype: torch.dty
         res["compile_s"] = time.perf_counter() - t0
         res["max_diff"] = max_diff(got, want)
     except Exception as e:  # noqa: BLE001 - reported, not raised
-        tb = traceback.format_exc().strip().split("\n")
-        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\n" + "\n".join(tb[-8:])
+        # Dynamo wraps backend errors (BackendCompilerFailed): report the backend's own exception
+        inner = getattr(e, "inner_exception", None) or e
+        tb = traceback.format_exception(inner)
+        frames = [ln for ln in "".join(tb).strip().split("\n") if ln.strip() and set(ln.strip()) != {"^"}]
+        res["error"] = "\n".join([frames[-1], "traceback (last frames):"] + frames[-13:-1])
     finally:
         torch._dynamo.reset()
     return res
