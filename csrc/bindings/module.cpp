@@ -10,6 +10,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
@@ -97,6 +99,67 @@ AttrValue attr_from_py(const std::string& key, nb::handle h) {
     return v;
   }
   fail("attribute '", key, "': unsupported Python type ", nb::cast<std::string>(nb::str(h.type())));
+}
+
+nb::object attr_to_py(const AttrValue& v) {
+  return std::visit(
+      [](auto&& x) -> nb::object {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, DType>)
+          return nb::str(dtype_name(x));
+        else
+          return nb::cast(x);
+      },
+      v);
+}
+
+nb::dict describe_value(const Value* v) {
+  nb::dict d;
+  d["id"] = v->id;
+  d["name"] = v->name;
+  d["dtype"] = dtype_name(v->type.dtype);
+  d["shape"] = v->type.shape();
+  return d;
+}
+
+// The whole graph as plain Python data, for dumps (text, Python, DOT).
+nb::dict describe_graph(const Graph& g) {
+  nb::dict d;
+  nb::list inputs, consts, nodes, outputs;
+  for (Value* v : g.inputs()) inputs.append(describe_value(v));
+  std::vector<char> seen(g.num_values(), 0);
+  for (auto& n : g.nodes()) {
+    for (Value* v : n->inputs)
+      if (v->is_const() && !seen[v->id]) {
+        seen[v->id] = 1;
+        consts.append(describe_value(v));
+      }
+    nb::dict nd;
+    nd["name"] = n->name;
+    nd["op"] = n->op->name;
+    nd["source"] = n->source;
+    nb::list ins, outs;
+    for (Value* v : n->inputs) ins.append(v->id);
+    for (Value* v : n->outputs) outs.append(describe_value(v));
+    nd["inputs"] = ins;
+    nd["outputs"] = outs;
+    nb::dict attrs;
+    for (auto& [k, v] : n->attrs.items()) attrs[k.c_str()] = attr_to_py(v);
+    nd["attrs"] = attrs;
+    nodes.append(nd);
+  }
+  for (Value* v : g.outputs()) {
+    outputs.append(v->id);
+    if (v->is_const() && !seen[v->id]) {
+      seen[v->id] = 1;
+      consts.append(describe_value(v));
+    }
+  }
+  d["inputs"] = inputs;
+  d["consts"] = consts;
+  d["nodes"] = nodes;
+  d["outputs"] = outputs;
+  return d;
 }
 
 // Owner of an output buffer, handed to the ndarray so the bytes live as long as the tensor.
@@ -221,27 +284,53 @@ NB_MODULE(_C, m) {
         for (auto& n : g.g->nodes()) r.emplace_back(n->name, n->op->name);
         return r;
       })
+      .def("describe", [](PyGraph& g) { return describe_graph(*g.g); })
+      .def("const_array",
+           [](PyGraph& g, int id) {
+             Value* v = g.g->value(id);
+             AG_CHECK(v->is_const(), "value %", v->name, " is not a constant");
+             Shape sh = v->type.shape();
+             std::vector<size_t> shape(sh.begin(), sh.end());
+             auto* owner = new BufferOwner{v->storage->owner};
+             nb::capsule cap(owner, [](void* p) noexcept { delete static_cast<BufferOwner*>(p); });
+             return nb::ndarray<nb::pytorch>(v->storage->data, shape.size(), shape.data(), cap, nullptr,
+                                             dl_of(v->type.dtype), nb::device::cpu::value)
+                 .cast();
+           })
+      .def("expose",
+           [](PyGraph& g, const std::vector<int>& ids) {
+             // Makes intermediate values extra graph outputs (data dumps), then
+             // re-materializes so that every output is a fresh buffer.
+             auto& outs = g.g->mutable_outputs();
+             for (int id : ids) outs.push_back(g.g->value(id));
+             materialize_outputs(*g.g);
+             g.g->verify();
+           })
       .def(
           "optimize",
-          [](PyGraph& g, const std::set<std::string>& disabled, size_t fold_max_bytes) {
+          [](PyGraph& g, const std::set<std::string>& disabled, size_t fold_max_bytes, nb::object after_pass) {
             PipelineOptions o;
             o.disabled = disabled;
             o.fold_max_bytes = fold_max_bytes;
-            g.stats = run_pipeline(*g.g, o);
+            AfterPassFn cb;
+            if (!after_pass.is_none())
+              cb = [&](const std::string& name, const Graph& gr) { after_pass(name, describe_graph(gr)); };
+            g.stats = run_pipeline(*g.g, o, cb);
             std::vector<std::tuple<std::string, int, int, double>> r;
             for (auto& s : g.stats) r.emplace_back(s.name, s.changes, s.nodes_after, s.ms);
             return r;
           },
-          nb::arg("disabled") = std::set<std::string>{}, nb::arg("fold_max_bytes") = size_t(1) << 20)
+          nb::arg("disabled") = std::set<std::string>{}, nb::arg("fold_max_bytes") = size_t(1) << 20,
+          nb::arg("after_pass") = nb::none())
       .def(
           "compile",
-          [](PyGraph& g, bool inplace) {
+          [](PyGraph& g, bool inplace, const std::string& fault_node) {
             auto* e = new PyExecutable();
-            e->prog = compile_program(*g.g, inplace);
+            e->prog = compile_program(*g.g, inplace, fault_node);
             e->exe = std::make_unique<Executor>(e->prog);
             return e;
           },
-          nb::arg("allow_inplace") = true, nb::rv_policy::take_ownership);
+          nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::rv_policy::take_ownership);
 
   nb::class_<PyExecutable>(m, "Executable")
       .def("run", &PyExecutable::run, nb::arg("inputs"), nb::arg("threads") = 0)
@@ -263,7 +352,8 @@ NB_MODULE(_C, m) {
              return r;
            })
       .def("set_profiling", [](PyExecutable& e, bool on) { e.exe->set_profiling(on); })
-      .def("last_times_ns", [](PyExecutable& e) { return e.exe->last_times_ns(); });
+      .def("last_times_ns", [](PyExecutable& e) { return e.exe->last_times_ns(); })
+      .def("last_starts_ns", [](PyExecutable& e) { return e.exe->last_starts_ns(); });
 
   m.def("ops", [] {
     std::vector<std::string> r;

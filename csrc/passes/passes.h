@@ -3,6 +3,7 @@
 // ones named in `disabled` (so a user can bisect a wrong result to a pass), and
 // records per-pass statistics.
 #pragma once
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -29,7 +30,9 @@ struct PipelineOptions {
   size_t fold_max_bytes = 1 << 20;
 };
 
-std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt);
+// `after_pass`, when set, is called with each pass's name and the graph after it.
+using AfterPassFn = std::function<void(const std::string& pass, const Graph& g)>;
+std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass = nullptr);
 std::vector<std::string> pass_names();
 
 }  // namespace ag

@@ -13,7 +13,7 @@ namespace ag {
 
 std::vector<std::string> pass_names() { return {"canonicalize", "fold_constants", "cse", "dce", "materialize_outputs"}; }
 
-std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt) {
+std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
   std::vector<PassStat> stats;
   g.verify();
   auto run = [&](const std::string& name, auto&& fn) {
@@ -23,6 +23,7 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     g.verify();
     stats.push_back(PassStat{name, c, static_cast<int>(g.nodes().size()), ms});
+    if (after_pass) after_pass(name, g);
   };
   run("canonicalize", [&] { return canonicalize(g); });
   run("fold_constants", [&] { return fold_constants(g, opt.fold_max_bytes); });
@@ -37,6 +38,7 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt) {
   g.verify();
   stats.push_back(PassStat{"materialize_outputs", c, static_cast<int>(g.nodes().size()),
                            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()});
+  if (after_pass) after_pass("materialize_outputs", g);
   return stats;
 }
 

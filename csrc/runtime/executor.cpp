@@ -15,9 +15,29 @@ std::shared_ptr<void> aligned_buffer(size_t nbytes) {
   AG_CHECK(p != nullptr, "out of memory allocating ", nbytes, " bytes");
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
+// Test-only: runs the real kernel, then adds 1 to every element of a float32
+// output (or flips the low bit of other dtypes' first byte).
+class FaultKernel final : public Kernel {
+ public:
+  FaultKernel(std::unique_ptr<Kernel> k, DType t, int64_t n) : k_(std::move(k)), t_(t), n_(n) {}
+  void run(void* const* in, void* const* out) override {
+    k_->run(in, out);
+    if (t_ == DType::f32) {
+      for (int64_t i = 0; i < n_; ++i) static_cast<float*>(out[0])[i] += 1.0f;
+    } else if (n_ > 0) {
+      static_cast<unsigned char*>(out[0])[0] ^= 1;
+    }
+  }
+  std::string name() const override { return k_->name() + "+fault"; }
+
+ private:
+  std::unique_ptr<Kernel> k_;
+  DType t_;
+  int64_t n_;
+};
 }  // namespace
 
-std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace) {
+std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, const std::string& fault_node) {
   auto prog = std::make_shared<Program>();
   for (Value* v : g.inputs()) {
     AG_CHECK(v->type.is_static(), "input %", v->name, " has symbolic shape ", v->type.str(),
@@ -63,6 +83,8 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace) {
     } catch (const std::exception& e) {
       fail("kernel preparation failed: ", e.what(), "\n  in ", n->context());
     }
+    if (!fault_node.empty() && n->name == fault_node && !n->op->has(kAlias))
+      k = std::make_unique<FaultKernel>(std::move(k), n->outputs[0]->type.dtype, n->outputs[0]->type.numel());
     ins.kernel = k.get();
     prog->kernels.push_back(std::move(k));
     prog->instrs.push_back(ins);
@@ -76,10 +98,17 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace) {
              "graph output %", v->name, " must be a fresh buffer (canonicalize copies inputs that are returned)");
     prog->outputs.push_back(OutputSpec{l.kind, l.index, l.offset, v->type, v});
   }
-  // constants stay alive as long as the program
+  // constants stay alive as long as the program (the graph may be dropped)
+  std::vector<char> seen(g.num_values(), 0);
+  auto keep = [&](Value* v) {
+    if (!v->is_const() || seen[v->id]) return;
+    seen[v->id] = 1;
+    prog->constants.push_back(v->storage);
+    prog->stats.const_bytes += v->type.nbytes();
+  };
   for (auto& n : g.nodes())
-    for (Value* v : n->inputs)
-      if (v->is_const()) prog->stats.const_bytes += v->type.nbytes();
+    for (Value* v : n->inputs) keep(v);
+  for (Value* v : g.outputs()) keep(v);
   prog->stats.nodes = static_cast<int>(g.nodes().size());
   prog->stats.arena_bytes = plan.arena_bytes;
   prog->stats.naive_bytes = plan.naive_bytes;
@@ -107,7 +136,10 @@ std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
   }
   void* const* ops = ops_.data();
   const size_t n = P.instrs.size();
-  if (profiling_) times_.assign(n, 0);
+  if (profiling_) {
+    times_.assign(n, 0);
+    starts_.assign(n, 0);
+  }
   size_t i = 0;
   try {
     if (!profiling_) {
@@ -116,11 +148,16 @@ std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
         ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin);
       }
     } else {
+      using clk = std::chrono::steady_clock;
+      auto ns = [](clk::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+      const auto origin = clk::now();
       for (; i < n; ++i) {
         const Instr& ins = P.instrs[i];
-        auto t0 = std::chrono::steady_clock::now();
+        auto t0 = clk::now();
         ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin);
-        times_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+        auto t1 = clk::now();
+        starts_[i] = ns(t0 - origin);
+        times_[i] = ns(t1 - t0);
       }
     }
   } catch (const std::exception& e) {

@@ -54,11 +54,15 @@ class Program {
   std::vector<std::string> instr_names;    // FX node names
   std::vector<std::string> instr_ops;      // op names
   size_t arena_bytes = 0;
+  std::vector<std::shared_ptr<Storage>> constants;  // keeps every constant's bytes alive
   CompileStats stats;
 };
 
 // Graph must be verified and fully static. Keeps constants alive through the program.
-std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace = true);
+// `fault_node` is a test-only hook: the kernel of the node with that name gets
+// its first output perturbed after every run (to test accuracy bisection).
+std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace = true,
+                                         const std::string& fault_node = "");
 
 // An output buffer handed back to the caller; `owner` frees it.
 struct OutBuffer {
@@ -73,17 +77,18 @@ class Executor {
   // inputs[i] points at contiguous data of program->input_types[i] (checked by the caller).
   std::vector<OutBuffer> run(const std::vector<void*>& inputs);
   const Program& program() const { return *prog_; }
-  // Profiling: when enabled, run() records nanoseconds per instruction.
+  // Profiling: when enabled, run() records when each instruction started
+  // (nanoseconds since the call began) and how long it took.
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<int64_t>& last_times_ns() const { return times_; }
+  const std::vector<int64_t>& last_starts_ns() const { return starts_; }
 
  private:
   std::shared_ptr<Program> prog_;
   std::vector<void*> ops_;
   std::shared_ptr<void> arena_;
-  std::vector<std::shared_ptr<void>> consts_;  // keeps constant storages alive
   bool profiling_ = false;
-  std::vector<int64_t> times_;
+  std::vector<int64_t> times_, starts_;
 };
 
 }  // namespace ag

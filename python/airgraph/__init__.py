@@ -4,6 +4,9 @@
     model = torch.compile(model, backend="airgraph")
     model = torch.compile(model, backend=airgraph.get_backend(airgraph.CompilerConfig(...)))
 """
+import logging as _logging
+import os as _os
+
 from ._core import C as _C, EngineError
 from .backend import airgraph_backend, get_backend
 from .config import CompilerConfig
@@ -38,3 +41,19 @@ def _register_name():
 
 
 _register_name()
+
+
+def _setup_logging():
+    """AIRGRAPH_LOG_LEVEL=DEBUG|INFO|WARNING sets the level of the "airgraph" logger."""
+    level = _os.environ.get("AIRGRAPH_LOG_LEVEL")
+    logger = _logging.getLogger("airgraph")
+    if level:
+        logger.setLevel(level.upper())
+        if not logger.handlers:
+            h = _logging.StreamHandler()
+            h.setFormatter(_logging.Formatter("[airgraph %(levelname)s] %(message)s"))
+            logger.addHandler(h)
+
+
+_setup_logging()
+from . import debug  # noqa: E402,F401

@@ -11,7 +11,10 @@
 """
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +26,12 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from ._core import C, EngineError
 from .config import CompilerConfig
+from .debug import dump as _dump
 from .lowering import LOWERINGS, LowerCtx, Unsupported, engine_dtype, load_all, source_line, static_shape
 
 log = logging.getLogger("airgraph")
 load_all()
+_GRAPH_IDS = itertools.count()
 
 
 @dataclass
@@ -47,6 +52,7 @@ class CompileReport:
     compile_ms: float = 0.0
     pass_stats: list = field(default_factory=list)
     exec_stats: list = field(default_factory=list)
+    graphs: list = field(default_factory=list)  # the EngineGraph objects (debug tools read them)
 
 
 def target_name(node: torch.fx.Node) -> str:
@@ -125,6 +131,9 @@ class EngineGraph:
     def __init__(self, gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
                  report: CompileReport):
         t0 = time.perf_counter()
+        self.gid = next(_GRAPH_IDS)
+        self.gm = gm
+        self.config = config
         g = C.Graph()
         ctx = LowerCtx(g)
         self.input_positions: list[int] = []
@@ -159,14 +168,48 @@ class EngineGraph:
                 raise Unsupported(f"FX node {n.name} of kind {n.op}")
         g.set_outputs(out_ids)
         self.num_outputs = len(out_ids)
-        stats = g.optimize(set(config.disable_passes), config.fold_max_bytes)
+        # engine value id -> the FX node whose result it is (for data dumps and compare)
+        self.fx_names = {v: n.name for n, v in ctx.env.items() if isinstance(v, int) and n.op == "call_function"}
+        self.dumper = None
+        after_pass = None
+        if config.dump_graph:
+            self.dumper = _dump.GraphDumper(os.path.join(config.dump_dir, f"graph_{self.gid}"), g)
+            self.dumper.write_fx(gm)
+            self.dumper.stage_dump("lowered", g.describe())
+            after_pass = self.dumper.stage_dump
+        stats = g.optimize(set(config.disable_passes), config.fold_max_bytes, after_pass)
+        self.dump_entries: list[dict] = []
+        if config.dump_data:
+            self._expose_for_dump(g)
         self.graph_text = str(g)
-        self.exe = g.compile(config.allow_inplace)
+        self.exe = g.compile(config.allow_inplace, config.fault_node)
+        self.exe.set_profiling(config.profile)
+        self.profiles = collections.deque(maxlen=1000)  # (starts ns, durations ns) per call
         self.threads = config.num_threads
+        self.calls = 0
+        self.first_args: list | None = None
+        self.dumped: list[tuple[dict, torch.Tensor]] = []
         report.engine_graphs += 1
+        report.graphs.append(self)
         report.pass_stats.append(stats)
         report.exec_stats.append(self.exe.stats())
         report.compile_ms += (time.perf_counter() - t0) * 1000
+        log.debug("airgraph: graph_%d compiled: %s; passes %s", self.gid, self.exe.stats(), stats)
+
+    def _expose_for_dump(self, g):
+        desc = g.describe()
+        alive = {o["id"] for n in desc["nodes"] for o in n["outputs"]}
+        # FX nodes whose lowered value a pass replaced (e.g. matmul -> linear): the
+        # replacement keeps the FX node's name, so match those by name.
+        replaced = {name for vid, name in self.fx_names.items() if vid not in alive}
+        entries = []
+        for n in desc["nodes"]:
+            for o in n["outputs"]:
+                fx = self.fx_names.get(o["id"]) or (n["name"] if n["name"] in replaced else None)
+                entries.append(dict(name=o["name"], fx_name=fx, op=n["op"], dtype=o["dtype"],
+                                    shape=list(o["shape"]), source=n["source"], value_id=o["id"]))
+        self.dump_entries = _dump.select(entries, self.config.dump_filter)
+        g.expose([e["value_id"] for e in self.dump_entries])
 
     def run(self, args) -> list[torch.Tensor]:
         ins = []
@@ -177,7 +220,21 @@ class EngineGraph:
             if not a.is_contiguous():
                 a = a.contiguous()
             ins.append(a)
-        return self.exe.run(ins, self.threads or torch.get_num_threads())
+        outs = self.exe.run(ins, self.threads or torch.get_num_threads())
+        self.calls += 1
+        if self.config.profile:
+            self.profiles.append((self.exe.last_starts_ns(), self.exe.last_times_ns()))
+        if self.calls == 1:
+            if self.dumper is not None:
+                self.dumper.save_inputs(ins)
+            if self.dump_entries:
+                folder = os.path.join(self.config.dump_dir, f"data_{self.gid}")
+                extra = outs[self.num_outputs:]
+                _dump.write_data(folder, self.dump_entries, extra, self.config.dump_format)
+                self.dumped = list(zip(self.dump_entries, extra))
+                self.first_args = list(args)
+                log.info("airgraph: dumped %d tensors to %s", len(self.dump_entries), folder)
+        return outs[: self.num_outputs] if self.dump_entries else outs
 
 
 class _Support(OperatorSupport):
@@ -203,7 +260,19 @@ class _EngineModule(torch.nn.Module):
 def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
                        report: CompileReport):
     """Returns a boxed callable (takes a list of args) that runs `gm`."""
+    # AOTAutograd may call us with its fake mode active; constants we make must be real.
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return _compile_aten_graph(gm, consts, config, report)
+
+
+def _compile_aten_graph(gm, consts, config, report):
     t0 = time.perf_counter()
+    if config.run_eagerly:
+        from .debug.eager import eager_runner
+
+        return eager_runner(gm, config, report)
     supported: set[torch.fx.Node] = set()
     for n in gm.graph.nodes:
         if n.op != "call_function":

@@ -7,7 +7,16 @@ names.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+
+
+def _env(name: str, default=None):
+    return os.environ.get(name, default)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
 
 
 @dataclass
@@ -28,6 +37,26 @@ class CompilerConfig:
     allow_inplace: bool = True
     # Threads for the engine; None follows torch.get_num_threads() at each call.
     num_threads: int | None = None
+
+    # --- debugging (README "Debugging"); each has an environment variable ---
+    # Folder for graph and data dumps (AIRGRAPH_DUMP_DIR; default ./airgraph_dump).
+    dump_dir: str = field(default_factory=lambda: _env("AIRGRAPH_DUMP_DIR", "airgraph_dump"))
+    # Dump the FX graph received and the engine graph after each pass as text,
+    # runnable Python and Graphviz DOT/SVG (AIRGRAPH_DUMP_GRAPH=1).
+    dump_graph: bool = field(default_factory=lambda: _env_flag("AIRGRAPH_DUMP_GRAPH"))
+    # Dump every intermediate tensor of the first call (AIRGRAPH_DUMP_DATA=1).
+    dump_data: bool = field(default_factory=lambda: _env_flag("AIRGRAPH_DUMP_DATA"))
+    # Regular expression on node name or op: dump only matching tensors (AIRGRAPH_DUMP_FILTER).
+    dump_filter: str | None = field(default_factory=lambda: _env("AIRGRAPH_DUMP_FILTER"))
+    # "npy" (one file per tensor) or "safetensors" (one file) (AIRGRAPH_DUMP_FORMAT).
+    dump_format: str = field(default_factory=lambda: _env("AIRGRAPH_DUMP_FORMAT", "npy"))
+    # Run the optimized ATen FX graph in PyTorch instead of the engine, to tell a
+    # capture problem from an engine problem (AIRGRAPH_RUN_EAGERLY=1).
+    run_eagerly: bool = field(default_factory=lambda: _env_flag("AIRGRAPH_RUN_EAGERLY"))
+    # Record per-node times on every call (AIRGRAPH_PROFILE=1); see airgraph.debug.profile.
+    profile: bool = field(default_factory=lambda: _env_flag("AIRGRAPH_PROFILE"))
+    # Test-only: perturb the output of the engine node with this name.
+    fault_node: str = ""
 
     @classmethod
     def from_options(cls, options: dict | None) -> "CompilerConfig":

@@ -386,3 +386,23 @@ TEST(Executor, ProfilingRecordsEachInstruction) {
 
 }  // namespace
 }  // namespace ag
+
+namespace ag {
+namespace {
+TEST(Executor, ConstantsOutliveTheGraph) {
+  std::shared_ptr<Program> prog;
+  {
+    Graph g;
+    Value* x = g.add_input(f32({2}), "x");
+    Value* w = g.add_const(f32({2}), filled(2, 5.0f), "w");
+    g.set_outputs({g.add_node("t_add", {x, w}, Attrs{})->out()});
+    prog = compile_program(g);
+  }  // graph and its values are gone; the program must still own the constant
+  Executor ex(prog);
+  float in[2] = {1, 2};
+  auto o = ex.run({in});
+  EXPECT_FLOAT_EQ(static_cast<float*>(o[0].data)[1], 7.0f);
+  EXPECT_EQ(prog->constants.size(), 1u);
+}
+}  // namespace
+}  // namespace ag
