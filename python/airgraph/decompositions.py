@@ -25,6 +25,7 @@ _DECOMPOSE = [
     aten.native_group_norm,
     aten.linspace,
     aten.logsumexp,
+    aten.linalg_vector_norm,
     aten.masked_fill,
     aten.baddbmm,
     aten.addmv,

@@ -147,3 +147,11 @@ def test_engine_error_is_exported():
     x = g.add_input("float32", [2, 3], "x")
     with pytest.raises(airgraph.EngineError, match=r"(?s)reshape_1.*float32\[2, 3\].*model.py:1"):
         g.add_node("reshape", [x], {"shape": [4]}, "reshape_1", "model.py:1 in forward: x.view(4)")
+
+
+@pytest.mark.parametrize("p", [2, 1])
+def test_decomposed_vector_norm(p):
+    def f(x):
+        return torch.nn.functional.normalize(x, p=p, dim=-1), torch.linalg.vector_norm(x, dim=0)
+
+    check(f, torch.randn(3, 8))
