@@ -1,0 +1,108 @@
+"""Attention: F.scaled_dot_product_attention (lowered from
+_scaled_dot_product_flash_attention_for_cpu and friends) against eager."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import check, compile_native
+
+DTYPES = [torch.float32, torch.bfloat16]
+aten = torch.ops.aten
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype)
+
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(2, 4, 5, 8, 7), (1, 2, 1, 16, 33), (1, 1, 64, 32, 64)])
+def test_sdpa_plain(dtype, shape):
+    B, H, L, E, S = shape
+    check(sdpa, r(B, H, L, E, dtype=dtype), r(B, H, S, E, dtype=dtype), r(B, H, S, E, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sdpa_zero_size(dtype):
+    # empty query block and empty key set (every row fully masked -> 0, as eager), made inside the function
+    check(lambda q, k, v: sdpa(q[:, :, :0], k, v), r(2, 3, 4, 8, dtype=dtype), r(2, 3, 5, 8, dtype=dtype),
+          r(2, 3, 5, 8, dtype=dtype))
+    got = check(lambda q, k, v: sdpa(q, k[:, :, :0], v[:, :, :0]), r(2, 3, 4, 8, dtype=dtype),
+                r(2, 3, 5, 8, dtype=dtype), r(2, 3, 5, 8, dtype=dtype))
+    assert got.shape == (2, 3, 4, 8) and (got == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L,S", [(5, 5), (5, 7), (9, 4), (1, 6)])
+def test_sdpa_causal(dtype, L, S):
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+          r(2, 2, L, 8, dtype=dtype), r(2, 2, S, 8, dtype=dtype), r(2, 2, S, 8, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_gqa_and_scale(dtype, causal):
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.3, enable_gqa=True),
+          r(2, 6, 5, 8, dtype=dtype), r(2, 2, 7, 8, dtype=dtype), r(2, 2, 7, 8, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mshape", [(5, 7), (2, 1, 5, 7), (1, 4, 1, 7), (2, 4, 5, 7)])
+def test_sdpa_float_mask(dtype, mshape):
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+          r(2, 4, 5, 8, dtype=dtype), r(2, 4, 7, 8, dtype=dtype), r(2, 4, 7, 8, dtype=dtype), r(*mshape, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sdpa_bool_mask_with_fully_masked_row(dtype):
+    torch.manual_seed(0)
+    m = torch.rand(5, 7) > 0.4
+    m[2] = False  # a query that sees no key gives 0, as eager
+    got = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                r(2, 4, 5, 8, dtype=dtype), r(2, 4, 7, 8, dtype=dtype), r(2, 4, 7, 8, dtype=dtype), m)
+    assert (got[:, :, 2] == 0).all()
+
+
+def test_sdpa_noncontiguous_and_permute_inside():
+    # HF-style: [B, L, H, E] projections transposed to [B, H, L, E] inside the function
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=True).transpose(1, 2)
+    check(f, r(2, 6, 4, 8), r(2, 6, 4, 8), r(2, 6, 4, 8))
+    q = r(1, 5, 2, 8).transpose(1, 2)  # non-contiguous graph input
+    check(sdpa, q, r(1, 2, 5, 8), r(1, 2, 5, 8))
+
+
+def test_sdpa_large_scores_stable():
+    q = r(1, 1, 4, 8) * 100
+    got = check(sdpa, q, r(1, 1, 6, 8) * 100, r(1, 1, 6, 8), atol=1e-4, rtol=1e-4)
+    assert torch.isfinite(got).all()
+
+
+def _fallback_equal(fn, *args):
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = fn(*args)
+        got = torch.compile(fn, backend="airgraph", dynamic=False)(*args)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_logsumexp_use_falls_back():
+    def f(q, k, v):
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)
+        return out, lse
+    _fallback_equal(f, r(1, 2, 3, 8), r(1, 2, 5, 8), r(1, 2, 5, 8))
+
+
+def test_dropout_falls_back():
+    torch.manual_seed(0)
+    q, k, v = r(1, 2, 3, 8), r(1, 2, 5, 8), r(1, 2, 5, 8)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=1.0)  # all dropped: deterministic zeros
+    _fallback_equal(f, q, k, v)
