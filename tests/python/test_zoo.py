@@ -67,6 +67,27 @@ def test_zoo_model(name):
         f"{name}: {rep.fallback_nodes} of {rep.total_nodes} ATen nodes fall back to PyTorch:\n" + _fallback_text(rep))
 
 
+@pytest.mark.parametrize("name", ["llama", "resnet50"])
+def test_zoo_model_bfloat16(name):
+    """bf16 end to end: no fallbacks, and airgraph is about as close to the f32 model as eager bf16 is."""
+    m32, a32, k32 = zoo.build(name, "small", batch=2, dtype=torch.float32)
+    model, args, kwargs = zoo.build(name, "small", batch=2, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = zoo._flat(m32(*a32, **k32))
+        want = zoo._flat(model(*args, **kwargs))
+    got, rep = _compile_and_explain(model, args, kwargs)
+    got = zoo._flat(got)
+    assert rep.fallback_nodes == 0, f"{name} bf16: {rep.fallback_nodes} fallback nodes:\n" + _fallback_text(rep)
+    for i, (g, w, r) in enumerate(zip(got, want, ref)):
+        assert g.dtype == torch.bfloat16 and g.shape == w.shape
+        scale = max(1.0, r.abs().max().item())
+        err_eager = (w.float() - r).abs().max().item()
+        err_ag = (g.float() - r).abs().max().item()
+        assert err_ag <= 2 * err_eager + 1e-2 * scale, (
+            f"{name} bf16 output {i}: airgraph is {err_ag:.3e} from the f32 model, eager bf16 {err_eager:.3e}")
+        assert (g.float() - w.float()).abs().max().item() <= 3e-2 * scale
+
+
 def test_zoo_registry():
     assert set(zoo.names()) >= {"bert", "gpt2", "llama", "t5", "vit", "resnet50", "mobilenetv2", "minilm"}
     with pytest.raises(KeyError):
