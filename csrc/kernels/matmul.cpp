@@ -287,43 +287,46 @@ class GemmKernel final : public Kernel {
     if (s_.t != DType::f32) from_f32(s_.t, o, out, out_n_);
   }
 
-  // --- bf16 GEMV for constant [N, K] weights, small M, no native bf16 ------------
+  // --- GEMV for constant [N, K] weights and few rows -------------------------------
   bool try_gemv() {
     const size_t r = s_.out.size();
-    if (s_.t != DType::bf16 || !s_.b_nk || !s_.b_const || r != 2) return false;
+    if (!(s_.t == DType::bf16 || s_.t == DType::f32) || !s_.b_nk || !s_.b_const || r != 2) return false;
     int64_t M = s_.a[0];
     if (M > 4) return false;
-    // Prefer oneDNN when it runs bf16 natively.
-    dnnl::matmul::primitive_desc pd;
-    if (try_make_pd(pd, [&] {
-          return dnnl::matmul::primitive_desc(
-              engine(), plain_desc(s_.a, dt::bf16),
-              dnnl::memory::desc(to_dims(s_.b), dt::bf16, dnnl::memory::format_tag::any), plain_desc(s_.out, dt::bf16),
-              default_attr());
-        }) &&
-        std::string(pd.impl_info_str()).find("ref") == std::string::npos)
-      return false;
+    if (s_.t == DType::bf16) {  // prefer oneDNN when it runs bf16 natively
+      dnnl::matmul::primitive_desc pd;
+      if (try_make_pd(pd, [&] {
+            return dnnl::matmul::primitive_desc(
+                engine(), plain_desc(s_.a, dt::bf16),
+                dnnl::memory::desc(to_dims(s_.b), dt::bf16, dnnl::memory::format_tag::any),
+                plain_desc(s_.out, dt::bf16), default_attr());
+          }) &&
+          std::string(pd.impl_info_str()).find("ref") == std::string::npos)
+        return false;
+    }
     mode_ = Mode::Gemv;
     M_ = M;
     K_ = s_.a[1];
     N_ = s_.out[1];
-    w_ = static_cast<const uint16_t*>(s_.b_const);
     xf_ = alloc_buffer(M_ * K_ * 4);
-    if (s_.has_bias && s_.bias_const) {
+    if (s_.has_bias) {
       bias_f32_ = alloc_buffer(N_ * 4);
-      to_f32(DType::bf16, s_.bias_const, static_cast<float*>(bias_f32_.data()), N_);
-      bias_ready_ = true;
-    } else if (s_.has_bias) {
-      bias_f32_ = alloc_buffer(N_ * 4);
+      if (s_.bias_const) {
+        to_f32(s_.t, s_.bias_const, static_cast<float*>(bias_f32_.data()), N_);
+        bias_ready_ = true;
+      }
     }
-    name_ = "gemv_bf16_weights";
+    name_ = std::string("gemv_") + dtype_name(s_.t) + "_weights";
     return true;
   }
 
-  static inline __m256 load_bf16x8(const uint16_t* p) {
+  static inline __m256 load8(const uint16_t* p) {  // 8 bf16 -> f32
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
+  static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
+  static inline float load1(const float* p) { return *p; }
   static inline float hsum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);
@@ -332,36 +335,46 @@ class GemmKernel final : public Kernel {
     return _mm_cvtss_f32(lo);
   }
 
-  void run_gemv(const void* x, const void* bias, void* out) {
-    float* xf = static_cast<float*>(xf_.data());
-    const uint16_t* xb = static_cast<const uint16_t*>(x);
-    for (int64_t i = 0; i < M_ * K_; ++i) xf[i] = bf16_to_f32(xb[i]);
-    const float* bf = nullptr;
-    if (bias) {
-      if (!bias_ready_) to_f32(DType::bf16, bias, static_cast<float*>(bias_f32_.data()), N_);
-      bf = static_cast<const float*>(bias_f32_.data());
-    }
-    uint16_t* o = static_cast<uint16_t*>(out);
+  // y[m, n] = dot(x[m, :], W[n, :]) (+ bias[n]); W read once, straight from the constant.
+  template <typename W>
+  void gemv(const float* xf, const W* w, const float* bf, float* of, uint16_t* ob) {
     const int64_t K = K_, M = M_, N = N_;
-    const uint16_t* W = w_;
     parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
       for (int64_t n = nb; n < ne; ++n) {
-        const uint16_t* wr = W + n * K;
+        const W* wr = w + n * K;
         for (int64_t m = 0; m < M; ++m) {
           const float* xr = xf + m * K;
           __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
           int64_t k = 0;
           for (; k + 16 <= K; k += 16) {
-            acc0 = _mm256_fmadd_ps(load_bf16x8(wr + k), _mm256_loadu_ps(xr + k), acc0);
-            acc1 = _mm256_fmadd_ps(load_bf16x8(wr + k + 8), _mm256_loadu_ps(xr + k + 8), acc1);
+            acc0 = _mm256_fmadd_ps(load8(wr + k), _mm256_loadu_ps(xr + k), acc0);
+            acc1 = _mm256_fmadd_ps(load8(wr + k + 8), _mm256_loadu_ps(xr + k + 8), acc1);
           }
           float s = hsum(_mm256_add_ps(acc0, acc1));
-          for (; k < K; ++k) s += bf16_to_f32(wr[k]) * xr[k];
+          for (; k < K; ++k) s += load1(wr + k) * xr[k];
           if (bf) s += bf[n];
-          o[m * N + n] = f32_to_bf16(s);
+          if (of) of[m * N + n] = s;
+          else ob[m * N + n] = f32_to_bf16(s);
         }
       }
     });
+  }
+
+  void run_gemv(const void* x, const void* bias, void* out) {
+    const float* bf = nullptr;
+    if (bias) {
+      if (!bias_ready_) to_f32(s_.t, bias, static_cast<float*>(bias_f32_.data()), N_);
+      bf = static_cast<const float*>(bias_f32_.data());
+    }
+    if (s_.t == DType::f32) {
+      gemv(static_cast<const float*>(x), static_cast<const float*>(s_.b_const), bf, static_cast<float*>(out),
+           nullptr);
+    } else {
+      float* xf = static_cast<float*>(xf_.data());
+      const uint16_t* xb = static_cast<const uint16_t*>(x);
+      for (int64_t i = 0; i < M_ * K_; ++i) xf[i] = bf16_to_f32(xb[i]);
+      gemv(xf, static_cast<const uint16_t*>(s_.b_const), bf, nullptr, static_cast<uint16_t*>(out));
+    }
   }
 
   GemmSpec s_;
@@ -373,9 +386,7 @@ class GemmKernel final : public Kernel {
   Buffer packed_, a_f32_, b_f32_, bias_f32_, out_f32_, xf_;
   Shape bias_strides_;
   std::string name_ = "onednn_matmul";
-  // gemv
-  int64_t M_ = 0, K_ = 0, N_ = 0;
-  const uint16_t* w_ = nullptr;
+  int64_t M_ = 0, K_ = 0, N_ = 0;  // gemv
 };
 
 const void* const_data(const Value* v) { return v->is_const() && v->storage ? v->storage->data : nullptr; }
