@@ -63,6 +63,21 @@ class StridedCopy {
     rows_ = numel_ / inner_;
     int64_t row_bytes = std::max<int64_t>(1, inner_ * esize_);
     grain_ = std::max<int64_t>(1, (64 * 1024) / row_bytes);
+    // A transpose (the innermost output dim is strided in the source while another
+    // dim is contiguous there) is copied in tiles so both sides stay in cache.
+    tile_ = -1;
+    if (nd >= 2 && dstr_[nd - 1] == 1 && sstr_[nd - 1] != 1 && sstr_[nd - 1] != 0 && inner_ >= 8) {
+      for (int k = nd - 2; k >= 0; --k)
+        if (sstr_[k] == 1 && size_[k] >= 8) {
+          tile_ = k;
+          break;
+        }
+    }
+    if (tile_ >= 0) {
+      kblocks_ = (size_[tile_] + kTile - 1) / kTile;
+      units_ = numel_ / (size_[tile_] * inner_) * kblocks_;
+      tile_grain_ = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, kTile * inner_ * esize_));
+    }
   }
 
   int64_t numel() const { return numel_; }
@@ -81,8 +96,16 @@ class StridedCopy {
   }
 
  private:
+  static constexpr int64_t kTile = 32;
+
   template <typename T>
   void go(const char* s, char* d) const {
+    if (tile_ >= 0) {
+      parallel_for(units_, tile_grain_, [&](int64_t b, int64_t e) {
+        tiles<T>(reinterpret_cast<const T*>(s), reinterpret_cast<T*>(d), b, e);
+      });
+      return;
+    }
     parallel_for(rows_, grain_, [&](int64_t b, int64_t e) { rows<T>(reinterpret_cast<const T*>(s),
                                                                     reinterpret_cast<T*>(d), b, e); });
   }
@@ -134,7 +157,35 @@ class StridedCopy {
     }
   }
 
+  template <typename T>
+  void tiles(const T* src, T* dst, int64_t b, int64_t e) const {
+    const int nd = static_cast<int>(size_.size());
+    const int64_t n = inner_, sn = sstr_[nd - 1], sk = sstr_[tile_], dk = dstr_[tile_], K = size_[tile_];
+    for (int64_t u = b; u < e; ++u) {
+      int64_t plane = u / kblocks_, kb = u % kblocks_;
+      int64_t so = 0, dof = 0, r = plane;
+      for (int i = nd - 2; i >= 0; --i) {
+        if (i == tile_) continue;
+        int64_t ix = r % size_[i];
+        r /= size_[i];
+        so += ix * sstr_[i];
+        dof += ix * dstr_[i];
+      }
+      const int64_t i0 = kb * kTile, i1 = std::min(K, i0 + kTile);
+      for (int64_t j0 = 0; j0 < n; j0 += kTile) {
+        const int64_t j1 = std::min(n, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) {
+          const T* sp = src + so + i * sk;
+          T* dp = dst + dof + i * dk;
+          for (int64_t j = j0; j < j1; ++j) dp[j] = sp[j * sn];
+        }
+      }
+    }
+  }
+
   std::vector<int64_t> size_, sstr_, dstr_;
+  int tile_ = -1;
+  int64_t kblocks_ = 0, units_ = 0, tile_grain_ = 1;
   int64_t soff_ = 0, doff_ = 0, esize_ = 1, numel_ = 0, inner_ = 1, rows_ = 0, grain_ = 1;
 };
 

@@ -55,6 +55,17 @@ TEST(ShapeOps, PermuteMatchesReference) {
       for (int j = 0; j < 3; ++j) EXPECT_EQ(y[(k * 2 + i) * 3 + j], x[(i * 3 + j) * 4 + k]);
 }
 
+TEST(ShapeOps, LargeTransposeIsTiledCorrectly) {
+  const int B = 3, M = 70, N = 45;
+  auto x = iota(B * M * N);
+  TensorType t;
+  auto y = run1("permute", {f32({B, M, N})}, {x.data()}, attrs({{"dims", Shape{0, 2, 1}}}), &t);
+  ASSERT_EQ(t.shape(), (Shape{B, N, M}));
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < N; ++j)
+      for (int i = 0; i < M; ++i) ASSERT_EQ(y[(b * N + j) * M + i], x[(b * M + i) * N + j]);
+}
+
 TEST(ShapeOps, ExpandWithNewLeadingDimAndMinusOne) {
   auto x = iota(3);
   TensorType t;
