@@ -1,3 +1,4 @@
+#pragma GCC optimize("no-trapping-math")  // lets GCC if-convert float selects and vectorize floor/round
 // Binary arithmetic with broadcasting: add/sub (optional `alpha`: a + alpha*b),
 // mul, div{rounding_mode: "" | "trunc" | "floor"}, floor_divide, remainder
 // (sign of the divisor, like Python/torch), pow, maximum/minimum (NaN

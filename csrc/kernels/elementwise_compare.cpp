@@ -1,3 +1,4 @@
+#pragma GCC optimize("no-trapping-math")  // lets GCC if-convert float selects and vectorize floor/round
 // Comparisons (eq ne lt le gt ge -> bool), logical and/or/xor (nonzero tests,
 // -> bool) and bitwise and/or/xor (integers and bool), with broadcasting. Both
 // inputs share one dtype (the front promotes or casts them).

@@ -1,3 +1,4 @@
+#pragma GCC optimize("no-trapping-math")  // lets GCC if-convert float selects and vectorize floor/round
 // convert{dtype}: every pair of engine dtypes, with PyTorch's rules:
 //  - to bool: x != 0 (NaN is true);
 //  - float to int64: truncation; float to the narrower ints: truncation to

@@ -22,8 +22,11 @@ inline float bits_to_float(int32_t i) {
 
 inline float exp_(float x) {
   const float hi = 88.72283935546875f, lo = -87.3365478515625f;
-  float xc = std::fmin(std::fmax(x, lo), hi);
-  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float xc = x < lo ? lo : x;  // (NaN handled at the end)
+  xc = xc > hi ? hi : xc;
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick (std::floor does not vectorize
+  // without -fno-trapping-math)
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float z = r * r;

@@ -1,3 +1,4 @@
+#pragma GCC optimize("no-trapping-math")  // lets GCC if-convert float selects and vectorize floor/round
 // where(cond, a, b) with broadcasting of all three: cond is bool, a and b share
 // one dtype (the output's). Pure data movement, so it dispatches on the element
 // size only.
@@ -30,17 +31,29 @@ std::unique_ptr<Kernel> where_kernel(const Node& n) {
       const T* aa = a + off[1];
       const T* bb = b + off[2];
       T* oo = o + pos;
-      if (sc && sa && sb) {
-        for (int64_t i = 0; i < len; ++i) oo[i] = cc[i] ? aa[i] : bb[i];
+      if (sc && sa && sb) {  // a branch-free blend (T is an unsigned integer type)
+        for (int64_t i = 0; i < len; ++i) {
+          T m = T(0) - static_cast<T>(cc[i]);
+          oo[i] = static_cast<T>((aa[i] & m) | (bb[i] & static_cast<T>(~m)));
+        }
       } else if (sc && !sa && !sb) {  // scalar branches (masked_fill)
         const T av = aa[0], bv = bb[0];
-        for (int64_t i = 0; i < len; ++i) oo[i] = cc[i] ? av : bv;
+        for (int64_t i = 0; i < len; ++i) {
+          T m = T(0) - static_cast<T>(cc[i]);
+          oo[i] = static_cast<T>((av & m) | (bv & static_cast<T>(~m)));
+        }
       } else if (sc && sa && !sb) {
         const T bv = bb[0];
-        for (int64_t i = 0; i < len; ++i) oo[i] = cc[i] ? aa[i] : bv;
+        for (int64_t i = 0; i < len; ++i) {
+          T m = T(0) - static_cast<T>(cc[i]);
+          oo[i] = static_cast<T>((aa[i] & m) | (bv & static_cast<T>(~m)));
+        }
       } else if (sc && !sa && sb) {
         const T av = aa[0];
-        for (int64_t i = 0; i < len; ++i) oo[i] = cc[i] ? av : bb[i];
+        for (int64_t i = 0; i < len; ++i) {
+          T m = T(0) - static_cast<T>(cc[i]);
+          oo[i] = static_cast<T>((av & m) | (bb[i] & static_cast<T>(~m)));
+        }
       } else {
         for (int64_t i = 0; i < len; ++i) oo[i] = cc[i * sc] ? aa[i * sa] : bb[i * sb];
       }

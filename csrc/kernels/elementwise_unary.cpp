@@ -1,3 +1,4 @@
+#pragma GCC optimize("no-trapping-math")  // lets GCC if-convert float selects and vectorize floor/round
 // Unary elementwise ops. Float math happens in float for f32/bf16/f16 (one
 // rounding at the store) and in double for f64, with PyTorch's formulas:
 //   gelu (exact)  0.5 x (1 + erf(x / sqrt 2))
@@ -104,11 +105,16 @@ struct IsNan {
   bool operator()(C x) const { return x != x; }
 };
 template <typename C>
-struct Gelu {
+struct GeluErf {
   static constexpr bool kMath = true;
-  bool tanh_approx;
-  explicit Gelu(const Attrs& a) : tanh_approx(a.s("approximate", "none") == "tanh") {}
-  C operator()(C x) const { return tanh_approx ? math::gelu_tanh_(x) : math::gelu_erf_(x); }
+  explicit GeluErf(const Attrs&) {}
+  C operator()(C x) const { return math::gelu_erf_(x); }
+};
+template <typename C>
+struct GeluTanh {
+  static constexpr bool kMath = true;
+  explicit GeluTanh(const Attrs&) {}
+  C operator()(C x) const { return math::gelu_tanh_(x); }
 };
 template <typename C>
 struct LeakyRelu {
@@ -223,6 +229,11 @@ std::unique_ptr<Kernel> make_unary(const Node& n) {
   return k;
 }
 
+std::unique_ptr<Kernel> make_gelu(const Node& n) {
+  if (n.attrs.s("approximate", "none") == "tanh") return make_unary<GeluTanh, kF, false>(n);
+  return make_unary<GeluErf, kF, false>(n);
+}
+
 #define AG_UNARY(ident, Op, K, BoolOut)                                                                  \
   AG_REGISTER_OP(ident, {.name = #ident, .min_inputs = 1, .max_inputs = 1, .infer = infer_unary<K, BoolOut>, \
                          .make_kernel = make_unary<Op, K, BoolOut>, .props = kElementwise});
@@ -256,7 +267,7 @@ AG_UNARY(isnan, IsNan, kAll, true)
 AG_UNARY(leaky_relu, LeakyRelu, kF, false)
 
 AG_REGISTER_OP(gelu, {.name = "gelu", .min_inputs = 1, .max_inputs = 1, .infer = infer_gelu,
-                      .make_kernel = make_unary<Gelu, kF, false>, .props = kElementwise});
+                      .make_kernel = make_gelu, .props = kElementwise});
 AG_REGISTER_OP(clamp, {.name = "clamp", .min_inputs = 1, .max_inputs = 1, .infer = infer_clamp,
                        .make_kernel = make_unary<Clamp, kFI, false>, .props = kElementwise});
 AG_REGISTER_OP(pow_scalar, {.name = "pow_scalar", .min_inputs = 1, .max_inputs = 1, .infer = infer_pow_scalar,
