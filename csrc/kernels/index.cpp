@@ -155,13 +155,16 @@ struct IndexPlan {
   Shape out_shape;
 };
 
-IndexPlan index_plan(const std::vector<TensorType>& in, const Attrs& a) {
+// `first` is the position of the first index tensor (1 for index, 2 for index_put).
+IndexPlan index_plan(const std::vector<TensorType>& all, const Attrs& a, int first = 1) {
+  std::vector<TensorType> in = {all[0]};
+  in.insert(in.end(), all.begin() + first, all.end());
   const auto& x = in[0];
   IndexPlan p;
   p.dims = a.ints("dims");
   const int64_t k = static_cast<int64_t>(in.size()) - 1;
   AG_CHECK(static_cast<int64_t>(p.dims.size()) == k, "index: ", k, " index tensors but dims ", shape_str(p.dims));
-  AG_CHECK(k >= 1, "index: needs at least one index tensor");
+  AG_CHECK(k >= 1 && k <= 16, "index: needs 1 to 16 index tensors, got ", k);
   for (int64_t j = 0; j < k; ++j) {
     check_index_dtype("index", in[j + 1]);
     AG_CHECK(p.dims[j] >= 0 && p.dims[j] < x.rank(), "index: dim ", p.dims[j], " out of range for ", x.str());
@@ -186,12 +189,25 @@ std::vector<TensorType> infer_index(const std::vector<TensorType>& in, const Att
   return {TensorType(in[0].dtype, index_plan(in, a).out_shape)};
 }
 
+// index_put(x, values, idx...){dims}: out = x with out[idx...] = values, where
+// values already has the shape x[idx...] has (the front expands it).
+std::vector<TensorType> infer_index_put(const std::vector<TensorType>& in, const Attrs& a) {
+  AG_CHECK(in.size() >= 3, "index_put: needs x, values and at least one index tensor");
+  IndexPlan p = index_plan(in, a, 2);
+  AG_CHECK(in[1].dtype == in[0].dtype, "index_put: values ", in[1].str(), " must have the dtype of ", in[0].str());
+  AG_CHECK(in[1].shape() == p.out_shape, "index_put: values ", in[1].str(), " must have the indexed shape ",
+           shape_str(p.out_shape));
+  return {in[0]};
+}
+
 class IndexKernel final : public Kernel {
  public:
-  explicit IndexKernel(const Node& n) {
-    std::vector<TensorType> in;
-    for (auto* v : n.inputs) in.push_back(v->type);
-    IndexPlan p = index_plan(in, n.attrs);
+  IndexKernel(const Node& n, bool put) : put_(put), first_(put ? 2 : 1) {
+    std::vector<TensorType> all;
+    for (auto* v : n.inputs) all.push_back(v->type);
+    IndexPlan p = index_plan(all, n.attrs, first_);
+    std::vector<TensorType> in = {all[0]};
+    in.insert(in.end(), all.begin() + first_, all.end());
     const auto& x = in[0];
     Shape xs = contiguous_strides(x.shape());
     k_ = static_cast<int>(p.dims.size());
@@ -227,46 +243,70 @@ class IndexKernel final : public Kernel {
     }
     rest_ = 1;
     for (auto s : rest_sizes) rest_ *= s;
-    rest_plan_.init(rest_sizes, rest_strides, contiguous_strides(rest_sizes), 0, 0, es_);
+    if (put_)
+      rest_plan_.init(rest_sizes, contiguous_strides(rest_sizes), rest_strides, 0, 0, es_);
+    else
+      rest_plan_.init(rest_sizes, rest_strides, contiguous_strides(rest_sizes), 0, 0, es_);
     out_numel_ = n.out()->type.numel();
+    x_bytes_ = all[0].nbytes();
   }
 
-  void run(void* const* in, void* const* out) override {
+  void run(void* const* in_all, void* const* out) override {
+    // in[0] is x, in[1 + j] index tensor j
+    const void* in[17];
+    in[0] = in_all[0];
+    for (int j = 0; j < k_; ++j) in[j + 1] = in_all[first_ + j];
     for (int j = 0; j < k_; ++j) {
       const int64_t size = dim_size_[j];
       for (int64_t q = 0; q < idx_numel_[j]; ++q) {
         int64_t v = load_index(in[j + 1], idx_i32_[j], q);
         if (v < -size || v >= size)
-          fail("index: index ", v, " is out of bounds for dimension ", dims_[j], " with size ", size);
+          fail(put_ ? "index_put" : "index", ": index ", v, " is out of bounds for dimension ", dims_[j],
+               " with size ", size);
       }
+    }
+    const int64_t rows = pre_ * nb_;
+    const int64_t rb = rest_ * es_;
+    if (put_) {
+      // serial, in order: with repeated indices the last write wins, like PyTorch on CPU
+      if (in_all[0] != out[0] && x_bytes_) std::memcpy(out[0], in_all[0], x_bytes_);
+      if (out_numel_ == 0 || rb == 0) return;
+      const char* vals = static_cast<const char*>(in_all[1]);
+      char* dst = static_cast<char*>(out[0]);
+      for (int64_t row = 0; row < rows; ++row) rest_plan_.run(vals + row * rb, dst + offset_of(in, row) * es_);
+      return;
     }
     if (out_numel_ == 0) return;
     const char* src = static_cast<const char*>(in[0]);
     char* dst = static_cast<char*>(out[0]);
-    const int64_t rows = pre_ * nb_;
-    const int64_t rb = rest_ * es_;
     parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, rb)), [&](int64_t b, int64_t e) {
-      const int nbd = static_cast<int>(bshape_.size());
-      for (int64_t row = b; row < e; ++row) {
-        int64_t pidx = row / nb_, bi = row % nb_;
-        int64_t off = pidx * pre_stride_;
-        for (int j = 0; j < k_; ++j) {
-          int64_t q = 0, rr = bi;
-          for (int d = nbd - 1; d >= 0; --d) {
-            q += (rr % bshape_[d]) * idx_bstr_[j][d];
-            rr /= bshape_[d];
-          }
-          int64_t v = load_index(in[j + 1], idx_i32_[j], q);
-          if (v < 0) v += dim_size_[j];
-          off += v * dim_stride_[j];
-        }
-        rest_plan_.run(src + off * es_, dst + row * rb);
-      }
+      for (int64_t row = b; row < e; ++row) rest_plan_.run(src + offset_of(in, row) * es_, dst + row * rb);
     });
   }
-  std::string name() const override { return "index"; }
+  std::string name() const override { return put_ ? "index_put" : "index"; }
 
  private:
+  // element offset in x of row (p, b): p over the dims before the indexed ones, b over the index shape
+  int64_t offset_of(const void* const* in, int64_t row) const {
+    const int nbd = static_cast<int>(bshape_.size());
+    int64_t pidx = row / nb_, bi = row % nb_;
+    int64_t off = pidx * pre_stride_;
+    for (int j = 0; j < k_; ++j) {
+      int64_t q = 0, rr = bi;
+      for (int d = nbd - 1; d >= 0; --d) {
+        q += (rr % bshape_[d]) * idx_bstr_[j][d];
+        rr /= bshape_[d];
+      }
+      int64_t v = load_index(in[j + 1], idx_i32_[j], q);
+      if (v < 0) v += dim_size_[j];
+      off += v * dim_stride_[j];
+    }
+    return off;
+  }
+
+  bool put_ = false;
+  int first_ = 1;
+  size_t x_bytes_ = 0;
   int k_ = 0;
   Shape bshape_, idx_numel_, dim_size_, dim_stride_, dims_;
   std::vector<Shape> idx_bstr_;
@@ -275,7 +315,8 @@ class IndexKernel final : public Kernel {
   StridedCopy rest_plan_;
 };
 
-std::unique_ptr<Kernel> make_index(const Node& n) { return std::make_unique<IndexKernel>(n); }
+std::unique_ptr<Kernel> make_index(const Node& n) { return std::make_unique<IndexKernel>(n, false); }
+std::unique_ptr<Kernel> make_index_put(const Node& n) { return std::make_unique<IndexKernel>(n, true); }
 
 }  // namespace
 
@@ -285,6 +326,8 @@ AG_REGISTER_OP(index_select, {.name = "index_select", .min_inputs = 2, .max_inpu
                               .infer = infer_index_select, .make_kernel = make_index_select});
 AG_REGISTER_OP(gather, {.name = "gather", .min_inputs = 2, .max_inputs = 2, .infer = infer_gather,
                         .make_kernel = make_gather});
+AG_REGISTER_OP(index_put, {.name = "index_put", .min_inputs = 3, .max_inputs = -1, .infer = infer_index_put,
+                           .make_kernel = make_index_put});
 AG_REGISTER_OP(index, {.name = "index", .min_inputs = 2, .max_inputs = -1, .infer = infer_index,
                        .make_kernel = make_index});
 

@@ -98,3 +98,23 @@ def test_bool_mask_falls_back():
     torch._dynamo.reset()
     got = torch.compile(f, backend="airgraph")(x, m)
     assert torch.equal(got, f(x, m))
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int64])
+def test_index_put(dtype):
+    x = rnd(4, 5, 6, dtype=dtype)
+    a = torch.tensor([2, -1])
+    v = rnd(2, 6, dtype=dtype)
+
+    def f(x, a, v):
+        y = x.clone()
+        y[:, a] = v  # values broadcast over dim 0
+        z = x.clone()
+        z[a, :, a] = 7
+        w = x.clone()
+        w[a] = v[0]
+        return y, z, w
+
+    check(f, x, a, v)
+    with pytest.raises(Exception, match="out of bounds"):
+        compile_native(f)(x, torch.tensor([0, 5]), v)

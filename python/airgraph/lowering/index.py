@@ -58,3 +58,33 @@ def _index(ctx, node, x, indices):
     if dims[-1] >= ctx.rank(v):
         raise Unsupported("too many indices")
     return ctx.emit("index", [v] + vids, {"dims": dims})
+
+
+def _index_shape(xshape, dims, ishapes):
+    b = list(torch.broadcast_shapes(*[tuple(s) for s in ishapes]))
+    if dims[-1] - dims[0] == len(dims) - 1:
+        return xshape[:dims[0]] + b + xshape[dims[-1] + 1:]
+    return b + [s for d, s in enumerate(xshape) if d not in dims]
+
+
+@lowering(aten.index_put.default)
+def _index_put(ctx, node, x, indices, values, accumulate=False):
+    if accumulate:
+        raise Unsupported("index_put with accumulate=True")
+    v = ctx.value(x)
+    dims, vids = [], []
+    for d, idx in enumerate(indices):
+        if idx is None:
+            continue
+        dims.append(d)
+        vids.append(_index_value(ctx, idx))
+    if not vids or dims[-1] >= ctx.rank(v):
+        raise Unsupported("index_put without index tensors")
+    try:
+        shape = _index_shape(ctx.shape(v), dims, [ctx.shape(i) for i in vids])
+    except RuntimeError as e:
+        raise Unsupported(f"index tensors do not broadcast: {e}") from e
+    vals = ctx.cast(ctx.value(values), ctx.dtype(v))
+    if ctx.shape(vals) != shape:
+        vals = ctx.emit("expand", [vals], {"shape": shape})
+    return ctx.emit("index_put", [v, vals] + vids, {"dims": dims})
