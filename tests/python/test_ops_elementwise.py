@@ -290,3 +290,16 @@ def test_unsupported_variant_falls_back():
     report = airgraph.explain(f, x)
     text = str(report)
     assert "complex" in text, text
+
+
+def test_bf16_scalar_arithmetic_matches_eager_exactly():
+    # PyTorch uses a float32 scalar for x * s and x / s, and a bf16-rounded one
+    # for x + s, x - s and remainder: results must be bit-identical.
+    x = torch.randn(2000).bfloat16()
+    t0 = torch.tensor(0.1234567)
+    s = 0.1234567
+
+    def f(x, t0):
+        return x * s, s * x, x / s, x + s, x - s, torch.remainder(x, s), x * t0, x > s, torch.where(x > 0, x, s)
+
+    check(f, x, t0, atol=0, rtol=0)

@@ -1,10 +1,11 @@
 """Lowerings: elementwise ops (see lowering/__init__.py for the API).
 
 Type promotion happens here: every engine binary op gets inputs of one dtype
-(ctx.promote), except that add/sub/mul/div take a Python scalar as a 0-d
-float32 constant when the tensor is bf16/f16, which is how PyTorch computes
-them (in float32, rounded once). Comparisons with a Python scalar use the
-scalar rounded to the tensor's dtype, also like PyTorch.
+(ctx.promote), except where PyTorch's CPU kernels use a scalar operand in
+float32 with a bf16/f16 tensor (mul by a scalar, division by a scalar): there
+the engine gets a 0-d float32 operand and computes in float32, rounding once,
+as PyTorch does. Elsewhere (add/sub, comparisons, remainder, where) PyTorch
+rounds the scalar to the tensor's dtype first, and so do we.
 """
 import torch
 
@@ -36,16 +37,40 @@ def _scalar_const(ctx, value, dtype: str) -> int:
     return ctx.const(value, dtype)
 
 
-def _operand(ctx, a, dtype: str, opmath: bool = False) -> int:
-    """Tensor cast to dtype, or a Python scalar as a 0-d constant (float32 for
-    bf16/f16 arithmetic when `opmath`)."""
+def _operand(ctx, a, dtype: str) -> int:
+    """Tensor cast to dtype, or a Python scalar as a 0-d constant."""
     if isinstance(a, torch.fx.Node):
         return ctx.cast(ctx.value(a), dtype)
     if _is_scalar(a):
-        if opmath and dtype in _HALF:
-            return ctx.const(float(a), "float32")
         return _scalar_const(ctx, a, dtype)
     raise Unsupported(f"unsupported operand {a!r}")
+
+
+def _is_cpu_scalar(ctx, a, allow_tensor: bool) -> bool:
+    if _is_scalar(a):
+        return True
+    if allow_tensor and isinstance(a, torch.fx.Node):
+        m = a.meta.get("val")
+        return isinstance(m, torch.Tensor) and m.dim() == 0 and m.dtype.is_floating_point
+    return False
+
+
+def _opmath_binary(ctx, op, a, b, dt, scalar_first: bool):
+    """op(a, b) where PyTorch computes a bf16/f16 tensor with a scalar in float32.
+    The scalar may be second (a Python number or a 0-d float tensor) or, when
+    `scalar_first`, a Python number first."""
+    if dt in _HALF:
+        ta, tb = _tensor_meta(a), _tensor_meta(b)
+        if ta is not None and ta.dtype == ctx_torch_dtype(dt) and ta.dim() > 0 and _is_cpu_scalar(ctx, b, True):
+            sb = ctx.const(float(b), "float32") if _is_scalar(b) else ctx.cast(ctx.value(b), "float32")
+            return ctx.emit(op, [ctx.value(a), sb])
+        if scalar_first and tb is not None and tb.dtype == ctx_torch_dtype(dt) and tb.dim() > 0 and _is_scalar(a):
+            return ctx.emit(op, [ctx.const(float(a), "float32"), ctx.value(b)])
+    return _binary(ctx, op, a, b, dtype=dt)
+
+
+def ctx_torch_dtype(name: str) -> torch.dtype:
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
 def _tensor_meta(a):
@@ -57,9 +82,9 @@ def _tensor_meta(a):
     return None
 
 
-def _binary(ctx, op, a, b, attrs=None, dtype=None, opmath=False):
+def _binary(ctx, op, a, b, attrs=None, dtype=None):
     dt = dtype or ctx.promote(a, b)
-    return ctx.emit(op, [_operand(ctx, a, dt, opmath), _operand(ctx, b, dt, opmath)], attrs)
+    return ctx.emit(op, [_operand(ctx, a, dt), _operand(ctx, b, dt)], attrs)
 
 
 def _out_dtype(ctx) -> str:
@@ -219,7 +244,7 @@ def _alpha_attrs(alpha, dt):
 @lowering(aten.add.Tensor, aten.add.Scalar)
 def _add(ctx, node, a, b, alpha=1):
     dt = ctx.promote(a, b)
-    return _binary(ctx, "add", a, b, _alpha_attrs(alpha, dt), dt, opmath=True)
+    return _binary(ctx, "add", a, b, _alpha_attrs(alpha, dt), dt)
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
@@ -227,7 +252,7 @@ def _sub(ctx, node, a, b, alpha=1):
     dt = ctx.promote(a, b)
     if dt == "bool":
         raise Unsupported("sub on bool")
-    return _binary(ctx, "sub", a, b, _alpha_attrs(alpha, dt), dt, opmath=True)
+    return _binary(ctx, "sub", a, b, _alpha_attrs(alpha, dt), dt)
 
 
 @lowering(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -235,12 +260,12 @@ def _rsub(ctx, node, a, b, alpha=1):
     dt = ctx.promote(a, b)
     if dt == "bool":
         raise Unsupported("rsub on bool")
-    return _binary(ctx, "sub", b, a, _alpha_attrs(alpha, dt), dt, opmath=True)
+    return _binary(ctx, "sub", b, a, _alpha_attrs(alpha, dt), dt)
 
 
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(ctx, node, a, b):
-    return _binary(ctx, "mul", a, b, opmath=True)
+    return _opmath_binary(ctx, "mul", a, b, ctx.promote(a, b), scalar_first=True)
 
 
 def _div_mode(ctx, a, b, rounding_mode):
@@ -248,7 +273,7 @@ def _div_mode(ctx, a, b, rounding_mode):
         dt = _out_dtype(ctx)  # true division: ints promote to float
         if dt not in _FLOATS:
             raise Unsupported(f"true division producing {dt}")
-        return _binary(ctx, "div", a, b, dtype=dt, opmath=True)
+        return _opmath_binary(ctx, "div", a, b, dt, scalar_first=False)
     if rounding_mode not in ("trunc", "floor"):
         raise Unsupported(f"rounding_mode={rounding_mode!r}")
     dt = ctx.promote(a, b)
