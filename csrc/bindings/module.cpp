@@ -63,6 +63,8 @@ DType parse_dtype(const std::string& s) {
 }
 
 bool is_contiguous(const Arr& a) {
+  for (size_t i = 0; i < a.ndim(); ++i)
+    if (a.shape(i) == 0) return true;  // no elements: any strides describe it
   int64_t expect = 1;
   for (int64_t i = static_cast<int64_t>(a.ndim()) - 1; i >= 0; --i) {
     if (a.shape(i) != 1 && a.stride(i) != expect) return false;

@@ -16,7 +16,9 @@ int canonicalize(Graph& g);        // no-op views/casts away, mm(x, permute(w)) 
 int fold_constants(Graph& g, size_t max_bytes);  // run nodes whose inputs are all constant
 int eliminate_common_subexpressions(Graph& g);
 int eliminate_dead_code(Graph& g);
-int materialize_outputs(Graph& g);  // graph outputs that are inputs/constants/duplicates get a copy
+int materialize_outputs(Graph& g);
+int fuse_epilogues(Graph& g);     // linear/matmul/conv + bias/activation/residual add -> one oneDNN primitive
+int fuse_elementwise(Graph& g);   // chains of elementwise ops -> one tiled kernel  // graph outputs that are inputs/constants/duplicates get a copy
 
 struct PassStat {
   std::string name;
@@ -26,7 +28,7 @@ struct PassStat {
 };
 
 struct PipelineOptions {
-  std::set<std::string> disabled;  // pass names: canonicalize, fold_constants, cse, dce
+  std::set<std::string> disabled;  // pass names: see pass_names()
   size_t fold_max_bytes = 1 << 20;
 };
 

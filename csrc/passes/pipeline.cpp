@@ -3,6 +3,9 @@
 //   fold_constants    after canonicalize (fewer, larger foldable regions)
 //   cse               after folding: folded constants are compared by identity
 //   dce               drops what cse and folding left unused
+//   fuse_epilogues    after dce (use counts are final): an activation or residual
+//                     add is absorbed into the GEMM/conv that feeds it
+//   fuse_elementwise  after fuse_epilogues, so that it fuses only what is left
 //   materialize_outputs  last: outputs must be fresh buffers whatever came before
 // verify() runs after every pass, so a broken pass is caught where it broke.
 #include <chrono>
@@ -11,7 +14,9 @@
 
 namespace ag {
 
-std::vector<std::string> pass_names() { return {"canonicalize", "fold_constants", "cse", "dce", "materialize_outputs"}; }
+std::vector<std::string> pass_names() {
+  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_epilogues", "fuse_elementwise", "materialize_outputs"};
+}
 
 std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
   std::vector<PassStat> stats;
@@ -32,6 +37,8 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const A
     return c;
   });
   run("dce", [&] { return eliminate_dead_code(g); });
+  run("fuse_epilogues", [&] { return fuse_epilogues(g); });
+  run("fuse_elementwise", [&] { return fuse_elementwise(g); });
   // Not optional: the executor relies on it.
   auto t0 = std::chrono::steady_clock::now();
   int c = materialize_outputs(g);
