@@ -86,6 +86,39 @@ inline float erf_(float x) {
 }
 inline double erf_(double x) { return std::erf(x); }
 
+// Cephes' logf (about 1 ulp): x = m 2^e with m in [sqrt(1/2), sqrt 2).
+inline float log_(float x) {
+  // denormals: scale into the normal range first
+  bool tiny = x < 1.17549435e-38f;
+  float xs = tiny ? x * 8388608.0f : x;
+  int32_t i;
+  std::memcpy(&i, &xs, 4);
+  float e = static_cast<float>(((i >> 23) & 0xff) - 126) - (tiny ? 23.0f : 0.0f);
+  float m = bits_to_float((i & 0x807fffff) | 0x3f000000);  // [0.5, 1)
+  bool lo = m < 0.707106781186547524f;
+  e = lo ? e - 1.0f : e;
+  float t = lo ? m + m - 1.0f : m - 1.0f;
+  float z = t * t;
+  float y = 7.0376836292e-2f;
+  y = y * t - 1.1514610310e-1f;
+  y = y * t + 1.1676998740e-1f;
+  y = y * t - 1.2420140846e-1f;
+  y = y * t + 1.4249322787e-1f;
+  y = y * t - 1.6668057665e-1f;
+  y = y * t + 2.0000714765e-1f;
+  y = y * t - 2.4999993993e-1f;
+  y = y * t + 3.3333331174e-1f;
+  y = y * t * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  float r = t + y + 0.693359375f * e;
+  r = x == std::numeric_limits<float>::infinity() ? x : r;
+  r = x == 0.0f ? -std::numeric_limits<float>::infinity() : r;
+  r = (x < 0.0f || x != x) ? std::numeric_limits<float>::quiet_NaN() : r;
+  return r;
+}
+inline double log_(double x) { return std::log(x); }
+
 template <typename C> inline C sigmoid_(C x) { return C(1) / (C(1) + exp_(-x)); }
 template <typename C> inline C silu_(C x) { return x / (C(1) + exp_(-x)); }
 template <typename C> inline C gelu_erf_(C x) {

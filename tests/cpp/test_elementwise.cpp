@@ -100,6 +100,7 @@ TEST(ElementwiseOps, UnaryFloatMatchesLibm) {
   };
   std::vector<Case> cases = {
       {"exp", [](double v) { return std::exp(v); }},
+      {"log", [](double v) { return std::log(std::fabs(v) + 1e-3); }},
       {"tanh", [](double v) { return std::tanh(v); }},
       {"erf", [](double v) { return std::erf(v); }},
       {"sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); }},
@@ -111,7 +112,10 @@ TEST(ElementwiseOps, UnaryFloatMatchesLibm) {
       {"round", [](double v) { return std::nearbyint(v); }},
   };
   for (auto& c : cases) {
-    auto y = run1<float>(c.op, {t}, {x.data()});
+    std::vector<float> in = x;
+    if (std::string(c.op) == "log")
+      for (auto& v : in) v = std::fabs(v) + 1e-3f;
+    auto y = run1<float>(c.op, {t}, {in.data()});
     for (size_t i = 0; i < x.size(); ++i) {
       double want = c.ref(x[i]);
       ASSERT_NEAR(y[i], want, 2e-6 + 2e-6 * std::fabs(want)) << c.op << "(" << x[i] << ")";
@@ -121,11 +125,12 @@ TEST(ElementwiseOps, UnaryFloatMatchesLibm) {
 
 TEST(ElementwiseOps, ExpTanhEdgeValues) {
   float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> x = {0.f, -0.f, 88.7f, 89.f, -87.f, -200.f, inf, -inf, nan, 20.f, -20.f, 1e-8f};
+  std::vector<float> x = {0.f, -0.f, 88.7f, 89.f, -87.f, -200.f, inf, -inf, nan, 20.f, -20.f, 1e-8f, 1e-40f, 3e38f, 0.7071f, 1.f};
   TensorType t(DType::f32, {static_cast<int64_t>(x.size())});
   auto e = run1<float>("exp", {t}, {x.data()});
   auto th = run1<float>("tanh", {t}, {x.data()});
   auto er = run1<float>("erf", {t}, {x.data()});
+  auto lg = run1<float>("log", {t}, {x.data()});
   for (size_t i = 0; i < x.size(); ++i) {
     if (std::isnan(x[i])) {
       EXPECT_TRUE(std::isnan(e[i]) && std::isnan(th[i]) && std::isnan(er[i]));
@@ -136,6 +141,9 @@ TEST(ElementwiseOps, ExpTanhEdgeValues) {
     else EXPECT_NEAR(e[i], we, 1e-37f + 3e-7f * we) << x[i];
     EXPECT_NEAR(th[i], std::tanh(x[i]), 1e-7f + 3e-7f * std::fabs(std::tanh(x[i]))) << x[i];
     EXPECT_NEAR(er[i], std::erf(x[i]), 2e-7f) << x[i];
+    float wl = std::log(x[i]);
+    if (std::isnan(wl) || std::isinf(wl)) EXPECT_TRUE(std::isnan(wl) ? std::isnan(lg[i]) : lg[i] == wl) << x[i];
+    else EXPECT_NEAR(lg[i], wl, 3e-7f * std::fabs(wl) + 1e-7f) << x[i];
   }
 }
 
