@@ -336,6 +336,37 @@ NB_MODULE(_C, m) {
 
   nb::class_<PyExecutable>(m, "Executable")
       .def("run", &PyExecutable::run, nb::arg("inputs"), nb::arg("threads") = 0)
+      .def(
+          "run_ptrs",
+          [](PyExecutable& e, const std::vector<uintptr_t>& ins, const std::vector<uintptr_t>& roots, int threads) {
+            // The fast call path: the front checked dtypes, shapes and contiguity
+            // against layout() and allocated the output roots itself.
+            const Program& P = *e.prog;
+            AG_CHECK(ins.size() == P.input_types.size() && roots.size() == P.external_bytes.size(),
+                     "run_ptrs: expected ", P.input_types.size(), " inputs and ", P.external_bytes.size(), " roots");
+            if (threads > 0) set_num_threads(threads);
+            nb::gil_scoped_release nogil;
+            e.exe->run_into(reinterpret_cast<const void* const*>(ins.data()),
+                            reinterpret_cast<void* const*>(roots.data()));
+          },
+          nb::arg("inputs"), nb::arg("roots"), nb::arg("threads") = 0)
+      .def("layout",
+           [](PyExecutable& e) {
+             // inputs: [(dtype, shape)], roots: [nbytes], outputs: [(root, byte offset, dtype, shape)]
+             const Program& P = *e.prog;
+             nb::list ins, roots, outs;
+             for (auto& t : P.input_types) ins.append(nb::make_tuple(dtype_name(t.dtype), t.shape()));
+             for (size_t b : P.external_bytes) roots.append(b);
+             for (auto& o : P.outputs) {
+               AG_CHECK(o.kind == LocKind::External, "output %", o.value->name, " is not a fresh buffer");
+               outs.append(nb::make_tuple(o.index, o.offset, dtype_name(o.type.dtype), o.type.shape()));
+             }
+             nb::dict d;
+             d["inputs"] = ins;
+             d["roots"] = roots;
+             d["outputs"] = outs;
+             return d;
+           })
       .def("stats",
            [](PyExecutable& e) {
              nb::dict d;

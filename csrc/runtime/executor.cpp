@@ -124,14 +124,10 @@ Executor::Executor(std::shared_ptr<Program> p) : prog_(std::move(p)) {
     if (prog_->arena_offsets[i] >= 0) ops_[i] = base + prog_->arena_offsets[i];
 }
 
-std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
+void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
   const Program& P = *prog_;
-  AG_CHECK(inputs.size() == P.input_types.size(), "expected ", P.input_types.size(), " inputs, got ", inputs.size());
-  std::vector<std::shared_ptr<void>> ext;
-  ext.reserve(P.external_bytes.size());
-  for (size_t b : P.external_bytes) ext.push_back(aligned_buffer(b));
   for (const Patch& p : P.patches) {
-    char* base = p.kind == LocKind::Input ? static_cast<char*>(inputs[p.index]) : static_cast<char*>(ext[p.index].get());
+    char* base = p.kind == LocKind::Input ? static_cast<char*>(const_cast<void*>(inputs[p.index])) : static_cast<char*>(ext_roots[p.index]);
     ops_[p.pos] = base + p.offset;
   }
   void* const* ops = ops_.data();
@@ -163,6 +159,19 @@ std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
   } catch (const std::exception& e) {
     fail("kernel failed: ", e.what(), "\n  in ", P.instr_context[i]);
   }
+}
+
+std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
+  const Program& P = *prog_;
+  AG_CHECK(inputs.size() == P.input_types.size(), "expected ", P.input_types.size(), " inputs, got ", inputs.size());
+  std::vector<std::shared_ptr<void>> ext;
+  std::vector<void*> ext_ptrs;
+  ext.reserve(P.external_bytes.size());
+  for (size_t b : P.external_bytes) {
+    ext.push_back(aligned_buffer(b));
+    ext_ptrs.push_back(ext.back().get());
+  }
+  run_into(inputs.data(), ext_ptrs.data());
   std::vector<OutBuffer> outs;
   outs.reserve(P.outputs.size());
   for (const OutputSpec& o : P.outputs) {

@@ -76,6 +76,9 @@ class Executor {
   explicit Executor(std::shared_ptr<Program> p);
   // inputs[i] points at contiguous data of program->input_types[i] (checked by the caller).
   std::vector<OutBuffer> run(const std::vector<void*>& inputs);
+  // The same with caller-provided buffers for the external roots (one per
+  // entry of Program::external_bytes): no allocation at all on this path.
+  void run_into(const void* const* inputs, void* const* ext_roots);
   const Program& program() const { return *prog_; }
   // Profiling: when enabled, run() records when each instruction started
   // (nanoseconds since the call began) and how long it took.

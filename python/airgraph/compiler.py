@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from torch.fx.passes.operator_support import OperatorSupport
 from ._core import C, EngineError
 from .config import CompilerConfig
 from .debug import dump as _dump
-from .lowering import LOWERINGS, LowerCtx, Unsupported, engine_dtype, load_all, source_line, static_shape
+from .lowering import (LOWERINGS, LowerCtx, Unsupported, engine_dtype, load_all, source_line, static_shape,
+                       torch_dtype)
 
 log = logging.getLogger("airgraph")
 load_all()
@@ -184,6 +186,7 @@ class EngineGraph:
         self.graph_text = str(g)
         self.exe = g.compile(config.allow_inplace, config.fault_node)
         self.exe.set_profiling(config.profile)
+        self._plan_call()
         self.profiles = collections.deque(maxlen=1000)  # (starts ns, durations ns) per call
         self.threads = config.num_threads
         self.calls = 0
@@ -211,16 +214,50 @@ class EngineGraph:
         self.dump_entries = _dump.select(entries, self.config.dump_filter)
         g.expose([e["value_id"] for e in self.dump_entries])
 
+    def _plan_call(self):
+        """Precomputes the call boundary: expected inputs, and how to allocate outputs
+        as torch tensors the engine writes into (no copies, no DLPack per call)."""
+        lay = self.exe.layout()
+        self.in_specs = [(torch.Size(shape), torch_dtype(dt)) for dt, shape in lay["inputs"]]
+        self.root_bytes = list(lay["roots"])
+        users = collections.Counter(o[0] for o in lay["outputs"])
+        self.out_plan = []
+        for root, offset, dt, shape in lay["outputs"]:
+            dtype = torch_dtype(dt)
+            nbytes = math.prod(shape) * dtype.itemsize
+            direct = users[root] == 1 and offset == 0 and nbytes == self.root_bytes[root]
+            self.out_plan.append((root, offset, dtype, tuple(shape), direct))
+
     def run(self, args) -> list[torch.Tensor]:
-        ins = []
-        for i in self.input_positions:
+        ptrs, ins = [], []
+        for i, (shape, dtype) in zip(self.input_positions, self.in_specs):
             a = args[i]
-            if a.requires_grad:
-                a = a.detach()
+            if a.dtype != dtype or a.shape != shape:
+                raise EngineError(f"graph_{self.gid} input {i} is {a.dtype}{list(a.shape)} but was compiled for "
+                                  f"{dtype}{list(shape)}")
             if not a.is_contiguous():
                 a = a.contiguous()
-            ins.append(a)
-        outs = self.exe.run(ins, self.threads or torch.get_num_threads())
+            ins.append(a)  # keeps contiguous copies alive through the call
+            ptrs.append(a.data_ptr())
+        roots = [0] * len(self.root_bytes)
+        outs, bufs = [], {}
+        for root, offset, dtype, shape, direct in self.out_plan:
+            if direct:
+                t = torch.empty(shape, dtype=dtype)
+                roots[root] = t.data_ptr()
+            else:
+                buf = bufs.get(root)
+                if buf is None:
+                    buf = bufs[root] = torch.empty(self.root_bytes[root], dtype=torch.uint8)
+                    roots[root] = buf.data_ptr()
+                n = math.prod(shape) * dtype.itemsize
+                t = buf[offset: offset + n].view(dtype).view(shape)
+            outs.append(t)
+        for r, b in enumerate(self.root_bytes):
+            if roots[r] == 0:  # a root no output covers from its start (never expected)
+                buf = bufs[r] = torch.empty(b, dtype=torch.uint8)
+                roots[r] = buf.data_ptr()
+        self.exe.run_ptrs(ptrs, roots, self.threads or torch.get_num_threads())
         self.calls += 1
         if self.config.profile:
             self.profiles.append((self.exe.last_starts_ns(), self.exe.last_times_ns()))
