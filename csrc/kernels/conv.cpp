@@ -54,7 +54,9 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
   AG_CHECK(C == w.size(1) * p.groups, "conv: input ", x.str(), " has ", C, " channels but weight ", w.str(),
            " with groups=", p.groups, " expects ", w.size(1) * p.groups);
   AG_CHECK(O % p.groups == 0, "conv: ", O, " output channels are not divisible by groups=", p.groups);
-  if (in.size() > 2) {
+  const size_t nb = epi::base_inputs(in.size(), a);
+  AG_CHECK(nb == 2 || nb == 3, "conv: takes x, w and an optional bias before the post-op inputs, got ", nb);
+  if (nb > 2) {
     AG_CHECK(in[2].rank() == 1 && in[2].size(0) == O, "conv: bias must be [", O, "], got ", in[2].str());
     AG_CHECK(in[2].dtype == x.dtype, "conv: bias dtype ", dtype_name(in[2].dtype), " differs from ",
              dtype_name(x.dtype));
@@ -67,7 +69,9 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
              w.str(), " with dilation ", shape_str(p.dilation));
     o.push_back(n / p.stride[i] + 1);
   }
-  return {TensorType(x.dtype, o)};
+  TensorType out(x.dtype, o);
+  epi::check_post_ops(in, nb, a, out, true, "conv");
+  return {out};
 }
 
 class ConvKernel final : public Kernel {
@@ -77,11 +81,12 @@ class ConvKernel final : public Kernel {
     xs_ = n.inputs[0]->type.shape();
     ws_ = n.inputs[1]->type.shape();
     os_ = n.outputs[0]->type.shape();
-    has_bias_ = n.inputs.size() > 2;
+    has_bias_ = epi::base_inputs(n.inputs.size(), n.attrs) > 2;
     x_n_ = TensorType(t_, xs_).numel();
     w_n_ = TensorType(t_, ws_).numel();
     o_n_ = TensorType(t_, os_).numel();
     O_ = ws_[0];
+    epi_ = epi::parse(n, os_, true);
     const int64_t sp = static_cast<int64_t>(xs_.size()) - 2;
     ConvParams p = conv_params(n.attrs, sp);
     const void* w_const = n.inputs[1]->is_const() ? n.inputs[1]->storage->data : nullptr;
@@ -95,6 +100,7 @@ class ConvKernel final : public Kernel {
       zero_ = true;
       if (t_ != DType::f32) out_f32_ = alloc_buffer(o_n_ * 4);
       if (has_bias_) bias_f32_ = alloc_buffer(O_ * 4);
+      if (!epi_.empty()) name_ = "conv_zero_channels" + post_name(0);
       return;
     }
     dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pad(p.padding.begin(), p.padding.end()), dil;
@@ -105,23 +111,45 @@ class ConvKernel final : public Kernel {
       wg[0] = ws_[0] / p.groups;
       wg.insert(wg.begin(), p.groups);
     }
-    auto build = [&](dt d) -> bool {
-      auto x_any = dnnl::memory::desc(to_dims(xs_), d, tag::any);
-      auto o_any = dnnl::memory::desc(to_dims(os_), d, tag::any);
-      auto w_md = w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d);
-      dnnl::convolution_forward::primitive_desc pd;
+    // k post-ops inside the primitive; with post-ops, the layouts are pinned to
+    // those of the plain primitive (`base`) and its implementation must stay the same.
+    auto make = [&](dt d, size_t k, const dnnl::convolution_forward::primitive_desc* base,
+                    dnnl::convolution_forward::primitive_desc& pd) -> bool {
+      auto x_md = base ? base->src_desc() : dnnl::memory::desc(to_dims(xs_), d, tag::any);
+      auto o_md = base ? base->dst_desc() : dnnl::memory::desc(to_dims(os_), d, tag::any);
+      auto w_md = base ? base->weights_desc()
+                       : (w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d));
+      dnnl::primitive_attr attr = default_attr();
+      if (k) attr.set_post_ops(epi::to_dnnl_post_ops(epi_, k, &o_md));
       bool ok = try_make_pd(pd, [&] {
         if (has_bias_)
           return dnnl::convolution_forward::primitive_desc(
-              engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x_any, w_md,
-              plain_desc({O_}, d), o_any, strides, dil, pad, pad, default_attr());
+              engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x_md, w_md,
+              plain_desc({O_}, d), o_md, strides, dil, pad, pad, attr);
         return dnnl::convolution_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference,
-                                                         dnnl::algorithm::convolution_direct, x_any, w_md, o_any,
-                                                         strides, dil, pad, pad, default_attr());
+                                                         dnnl::algorithm::convolution_direct, x_md, w_md, o_md,
+                                                         strides, dil, pad, pad, attr);
       });
       if (!ok) return false;
       std::string impl(pd.impl_info_str());
       if (d != dt::f32 && impl.find("ref") != std::string::npos) return false;
+      if (base && impl != std::string(base->impl_info_str())) return false;
+      return true;
+    };
+    auto build = [&](dt d) -> bool {
+      dnnl::convolution_forward::primitive_desc pd;
+      if (!make(d, 0, nullptr, pd)) return false;
+      k_dnnl_ = 0;
+      for (size_t k = epi_.ops.size(); k >= 1; --k) {
+        dnnl::convolution_forward::primitive_desc pk;
+        if (make(d, k, &pd, pk)) {
+          pd = pk;
+          k_dnnl_ = k;
+          break;
+        }
+      }
+      std::string impl(pd.impl_info_str());
+      exec_ = Exec{};
       exec_.init(dnnl::convolution_forward(pd), pd.scratchpad_desc());
       exec_.bind(DNNL_ARG_SRC, pd.src_desc());
       exec_.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
@@ -133,8 +161,29 @@ class ConvKernel final : public Kernel {
       if (out_ro_.needed) o_blk_ = alloc_buffer(pd.dst_desc().get_size());
       w_plain_ = plain_desc(wg, d);
       w_md_ = pd.weights_desc();
+      // post-op operands: plain, except full ones, which are reordered into the dst layout
+      post_.assign(k_dnnl_, PostArg{});
+      for (size_t i = 0; i < k_dnnl_; ++i) {
+        const epi::Op& op = epi_.ops[i];
+        if (op.input < 0) continue;
+        PostArg& pa = post_[i];
+        pa.arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+        pa.input = op.input;
+        dnnl::memory::desc md = epi::operand_md(op);
+        if (op.mode == epi::Mode::Full) {
+          pa.ro.init(md, pd.dst_desc());
+          md = pd.dst_desc();
+          if (pa.ro.needed) pa.buf = alloc_buffer(md.get_size());
+        }
+        exec_.bind(pa.arg, md);
+        if (op.cdata) {
+          if (pa.ro.needed) pa.ro.run(const_cast<void*>(op.cdata), pa.buf.data());
+          exec_.set(pa.arg, pa.ro.needed ? pa.buf.data() : const_cast<void*>(op.cdata));
+          pa.input = -1;  // nothing to do per call
+        }
+      }
       name_ = std::string("onednn_conv_") + dtype_name(t_) + (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") +
-              " (" + impl + ")";
+              " (" + impl + ")" + post_name(k_dnnl_);
       return true;
     };
     if (t_ == DType::f32 || !build(to_dnnl(t_))) {
@@ -203,11 +252,21 @@ class ConvKernel final : public Kernel {
       }
       exec_.set(DNNL_ARG_BIAS, b);
     }
+    for (PostArg& pa : post_) {
+      if (pa.input < 0) continue;
+      if (pa.ro.needed) {
+        pa.ro.run(in[pa.input], pa.buf.data());
+        exec_.set(pa.arg, pa.buf.data());
+      } else {
+        exec_.set(pa.arg, in[pa.input]);
+      }
+    }
     void* o_plain = emu_ ? out_f32_.data() : out[0];
     void* o = out_ro_.needed ? o_blk_.data() : o_plain;
     exec_.set(DNNL_ARG_DST, o);
     exec_.run();
     if (out_ro_.needed) out_ro_.run(o, o_plain);
+    if (k_dnnl_ < epi_.ops.size()) epi_.apply_all(static_cast<float*>(o_plain), o_n_ / epi_.L, in, k_dnnl_);
     if (emu_) from_f32(t_, static_cast<float*>(o_plain), out[0], o_n_);
   }
 
@@ -223,10 +282,28 @@ class ConvKernel final : public Kernel {
         for (int64_t c = 0; c < O_; ++c)
           for (int64_t j = 0; j < inner; ++j) o[(i * O_ + c) * inner + j] = b[c];
     }
+    epi_.apply_all(o, o_n_ / epi_.L, in, 0);
     if (t_ != DType::f32) from_f32(t_, o, out[0], o_n_);
   }
 
+  std::string post_name(size_t k) const {
+    if (epi_.empty()) return "";
+    std::string r = " +";
+    for (size_t i = 0; i < epi_.ops.size(); ++i)
+      r += std::string(i == k ? " | by hand:" : "") + " " + epi::code_name(epi_.ops[i].code);
+    return r;
+  }
+
+  struct PostArg {
+    int arg = 0, input = -1;  // input: node input to bind per call (-1: bound once)
+    Reorder ro;               // full operands: plain -> dst layout
+    Buffer buf;
+  };
+
   DType t_;
+  epi::Epilogue epi_;
+  std::vector<PostArg> post_;
+  size_t k_dnnl_ = 0;
   Shape xs_, ws_, os_;
   bool has_bias_ = false, emu_ = false, empty_ = false, zero_ = false, w_const_ = false, bias_ready_ = false;
   int64_t x_n_ = 0, w_n_ = 0, o_n_ = 0, O_ = 0;
@@ -241,7 +318,7 @@ std::unique_ptr<Kernel> make_conv(const Node& n) { return std::make_unique<ConvK
 
 }  // namespace
 
-AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = 3, .infer = infer_conv,
+AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = -1, .infer = infer_conv,
                       .make_kernel = make_conv, .props = kNoProps});
 
 }  // namespace ag

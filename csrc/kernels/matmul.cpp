@@ -43,7 +43,7 @@ void check_bias(const TensorType& bias, DType t, const Shape& out, const char* o
            shape_str(out));
 }
 
-std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const Attrs&) {
+std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const Attrs& attrs) {
   const TensorType &a = in[0], &b = in[1];
   AG_CHECK(a.rank() >= 2 && b.rank() >= 2, "matmul: inputs must have rank >= 2, got ", a.str(), " and ", b.str());
   AG_CHECK(a.dtype == b.dtype, "matmul: dtypes differ: ", a.str(), " and ", b.str());
@@ -51,11 +51,15 @@ std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const At
   AG_CHECK(a.size(a.rank() - 1) == b.size(b.rank() - 2), "matmul: inner dimensions differ: ", a.str(), " @ ",
            b.str());
   Shape o = matmul_out_shape(a.shape(), b.shape());
-  if (in.size() > 2) check_bias(in[2], a.dtype, o, "matmul");
-  return {TensorType(a.dtype, o)};
+  const size_t nb = epi::base_inputs(in.size(), attrs);
+  AG_CHECK(nb == 2 || nb == 3, "matmul: takes a, b and an optional bias before the post-op inputs, got ", nb);
+  if (nb > 2) check_bias(in[2], a.dtype, o, "matmul");
+  TensorType out(a.dtype, o);
+  epi::check_post_ops(in, nb, attrs, out, false, "matmul");
+  return {out};
 }
 
-std::vector<TensorType> infer_linear(const std::vector<TensorType>& in, const Attrs&) {
+std::vector<TensorType> infer_linear(const std::vector<TensorType>& in, const Attrs& attrs) {
   const TensorType &x = in[0], &w = in[1];
   AG_CHECK(x.rank() >= 1, "linear: input must have rank >= 1, got ", x.str());
   AG_CHECK(w.rank() == 2, "linear: weight must be [out, in], got ", w.str());
@@ -65,13 +69,17 @@ std::vector<TensorType> infer_linear(const std::vector<TensorType>& in, const At
            " features but weight ", w.str(), " expects ", w.size(1));
   Shape o = x.shape();
   o.back() = w.size(0);
-  if (in.size() > 2) {
+  const size_t nb = epi::base_inputs(in.size(), attrs);
+  AG_CHECK(nb == 2 || nb == 3, "linear: takes x, w and an optional bias before the post-op inputs, got ", nb);
+  if (nb > 2) {
     AG_CHECK(in[2].rank() == 1 && in[2].size(0) == w.size(0), "linear: bias must be [", w.size(0), "], got ",
              in[2].str());
     AG_CHECK(in[2].dtype == x.dtype, "linear: bias dtype ", dtype_name(in[2].dtype), " differs from ",
              dtype_name(x.dtype));
   }
-  return {TensorType(x.dtype, o)};
+  TensorType out(x.dtype, o);
+  epi::check_post_ops(in, nb, attrs, out, false, "linear");
+  return {out};
 }
 
 Shape pad_front(const Shape& s, size_t r) {
@@ -88,6 +96,7 @@ struct GemmSpec {
   const void* b_const = nullptr;
   const void* bias_const = nullptr;
   bool has_bias = false;
+  epi::Epilogue epi;  // fused post-ops, on the [.., N] view of `out`
 };
 
 class GemmKernel final : public Kernel {
@@ -138,12 +147,13 @@ class GemmKernel final : public Kernel {
       case Mode::Empty:
         return;
       case Mode::Gemv:
-        run_gemv(in[0], s_.has_bias ? in[2] : nullptr, out[0]);
+        run_gemv(in, s_.has_bias ? in[2] : nullptr, out[0]);
         return;
       case Mode::ZeroK: {
         float* o = out_f32(out[0]);
         std::memset(o, 0, out_n_ * 4);
         add_bias(o, in);
+        s_.epi.apply_all(o, out_n_ / s_.epi.L, in, 0);
         finish(o, out[0]);
         return;
       }
@@ -172,17 +182,39 @@ class GemmKernel final : public Kernel {
       }
       exec_.set(DNNL_ARG_BIAS, bias);
     }
+    for (size_t i = 0; i < k_dnnl_; ++i) {
+      const epi::Op& op = s_.epi.ops[i];
+      if (op.input >= 0 && !op.cdata) exec_.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, in[op.input]);
+    }
     void* o = emu_ ? out_f32_.data() : out[0];
     exec_.set(DNNL_ARG_DST, o);
     exec_.run();
     if (manual_bias_) add_bias(static_cast<float*>(o), in);
+    if (k_dnnl_ < s_.epi.ops.size()) s_.epi.apply_all(static_cast<float*>(o), out_n_ / s_.epi.L, in, k_dnnl_);
     if (emu_) from_f32(s_.t, static_cast<float*>(o), out[0], out_n_);
   }
 
  private:
   enum class Mode { Empty, ZeroK, Dnnl, Gemv };
 
+  // Builds the primitive for dtype d, then moves the longest prefix of the
+  // post-op chain that the same oneDNN implementation accepts into it (the
+  // rest is applied by hand after it).
   bool build(dt d, bool with_bias) {
+    if (!build_k(d, with_bias, 0)) return false;
+    k_dnnl_ = 0;
+    if (s_.epi.empty() || (s_.has_bias && !with_bias)) return true;  // bias by hand: post-ops after it
+    const std::string base = impl_;
+    for (size_t k = s_.epi.ops.size(); k >= 1; --k) {
+      if (build_k(d, with_bias, k, &base)) {
+        k_dnnl_ = k;
+        return true;
+      }
+    }
+    return true;
+  }
+
+  bool build_k(dt d, bool with_bias, size_t k, const std::string* same_impl = nullptr) {
     const size_t r = s_.out.size();
     dnnl::memory::desc a_md = plain_desc(s_.a, d);
     dnnl::memory::desc b_plain;
@@ -194,14 +226,17 @@ class GemmKernel final : public Kernel {
     dnnl::memory::desc b_md = s_.b_const ? dnnl::memory::desc(to_dims(s_.b), d, dnnl::memory::format_tag::any) : b_plain;
     dnnl::memory::desc o_md = plain_desc(s_.out, d);
     dnnl::matmul::primitive_desc pd;
+    dnnl::primitive_attr attr = default_attr();
+    if (k) attr.set_post_ops(epi::to_dnnl_post_ops(s_.epi, k));
     bool ok = try_make_pd(pd, [&] {
       if (with_bias)
-        return dnnl::matmul::primitive_desc(engine(), a_md, b_md, plain_desc(s_.bias, d), o_md, default_attr());
-      return dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, default_attr());
+        return dnnl::matmul::primitive_desc(engine(), a_md, b_md, plain_desc(s_.bias, d), o_md, attr);
+      return dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, attr);
     });
     if (!ok) return false;
     std::string impl(pd.impl_info_str());
     if (d != dt::f32 && impl.find("ref") != std::string::npos) return false;  // slow reference: emulate instead
+    if (same_impl && impl != *same_impl) return false;  // the post-ops would cost a slower implementation
     (void)r;
     exec_ = Exec{};
     exec_.init(dnnl::matmul(pd), pd.scratchpad_desc());
@@ -211,9 +246,25 @@ class GemmKernel final : public Kernel {
     b_plain_md_ = b_plain;
     b_md_ = pd.weights_desc();
     exec_.bind(DNNL_ARG_WEIGHTS, b_md_);
+    for (size_t i = 0; i < k; ++i) {
+      const epi::Op& op = s_.epi.ops[i];
+      if (op.input < 0) continue;
+      const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+      exec_.bind(arg, epi::operand_md(op));
+      if (op.cdata) exec_.set(arg, const_cast<void*>(op.cdata));
+    }
+    impl_ = impl;
     name_ = std::string("onednn_matmul_") + dtype_name(s_.t) + (d == dt::f32 && s_.t != DType::f32 ? "_via_f32" : "") +
-            " (" + impl + ")";
+            " (" + impl + ")" + post_name(k);
     return true;
+  }
+
+  std::string post_name(size_t k) const {
+    if (s_.epi.empty()) return "";
+    std::string r = " +";
+    for (size_t i = 0; i < s_.epi.ops.size(); ++i)
+      r += std::string(i == k ? " | by hand:" : "") + " " + epi::code_name(s_.epi.ops[i].code);
+    return r;
   }
 
   void setup_emulation_buffers(bool need_a, bool need_b) {
@@ -309,6 +360,7 @@ class GemmKernel final : public Kernel {
     K_ = s_.a[1];
     N_ = s_.out[1];
     xf_ = alloc_buffer(M_ * K_ * 4);
+    if (s_.t != DType::f32) out_f32_ = alloc_buffer(M_ * N_ * 4);
     if (s_.has_bias) {
       bias_f32_ = alloc_buffer(N_ * 4);
       if (s_.bias_const) {
@@ -316,7 +368,7 @@ class GemmKernel final : public Kernel {
         bias_ready_ = true;
       }
     }
-    name_ = std::string("gemv_") + dtype_name(s_.t) + "_weights";
+    name_ = std::string("gemv_") + dtype_name(s_.t) + "_weights" + post_name(0);
     return true;
   }
 
@@ -335,9 +387,11 @@ class GemmKernel final : public Kernel {
     return _mm_cvtss_f32(lo);
   }
 
-  // y[m, n] = dot(x[m, :], W[n, :]) (+ bias[n]); W read once, straight from the constant.
+  // y[m, n] = epilogue(dot(x[m, :], W[n, :]) (+ bias[n])); W read once, straight from
+  // the constant. Results go to the f32 `of`, then (bf16) are rounded into `ob`,
+  // one thread's column block at a time while it is in cache.
   template <typename W>
-  void gemv(const float* xf, const W* w, const float* bf, float* of, uint16_t* ob) {
+  void gemv(const float* xf, const W* w, const float* bf, float* of, uint16_t* ob, void* const* in) {
     const int64_t K = K_, M = M_, N = N_;
     parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
       for (int64_t n = nb; n < ne; ++n) {
@@ -353,14 +407,20 @@ class GemmKernel final : public Kernel {
           float s = hsum(_mm256_add_ps(acc0, acc1));
           for (; k < K; ++k) s += load1(wr + k) * xr[k];
           if (bf) s += bf[n];
-          if (of) of[m * N + n] = s;
-          else ob[m * N + n] = f32_to_bf16(s);
+          of[m * N + n] = s;
         }
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        float* seg = of + m * N + nb;
+        if (!s_.epi.empty()) s_.epi.apply(seg, m, nb, ne - nb, in, 0);
+        if (ob)
+          for (int64_t n = 0; n < ne - nb; ++n) ob[m * N + nb + n] = f32_to_bf16(seg[n]);
       }
     });
   }
 
-  void run_gemv(const void* x, const void* bias, void* out) {
+  void run_gemv(void* const* in, const void* bias, void* out) {
+    const void* x = in[0];
     const float* bf = nullptr;
     if (bias) {
       if (!bias_ready_) to_f32(s_.t, bias, static_cast<float*>(bias_f32_.data()), N_);
@@ -368,12 +428,13 @@ class GemmKernel final : public Kernel {
     }
     if (s_.t == DType::f32) {
       gemv(static_cast<const float*>(x), static_cast<const float*>(s_.b_const), bf, static_cast<float*>(out),
-           nullptr);
+           nullptr, in);
     } else {
       float* xf = static_cast<float*>(xf_.data());
       const uint16_t* xb = static_cast<const uint16_t*>(x);
       for (int64_t i = 0; i < M_ * K_; ++i) xf[i] = bf16_to_f32(xb[i]);
-      gemv(xf, static_cast<const uint16_t*>(s_.b_const), bf, nullptr, static_cast<uint16_t*>(out));
+      gemv(xf, static_cast<const uint16_t*>(s_.b_const), bf, static_cast<float*>(out_f32_.data()),
+           static_cast<uint16_t*>(out), in);
     }
   }
 
@@ -385,7 +446,8 @@ class GemmKernel final : public Kernel {
   dnnl::memory::desc b_plain_md_, b_md_;
   Buffer packed_, a_f32_, b_f32_, bias_f32_, out_f32_, xf_;
   Shape bias_strides_;
-  std::string name_ = "onednn_matmul";
+  std::string name_ = "onednn_matmul", impl_;
+  size_t k_dnnl_ = 0;  // post-ops [0, k_dnnl_) run inside the oneDNN primitive
   int64_t M_ = 0, K_ = 0, N_ = 0;  // gemv
 };
 
@@ -399,11 +461,12 @@ std::unique_ptr<Kernel> make_matmul(const Node& n) {
   s.a = pad_front(n.inputs[0]->type.shape(), r);
   s.b = pad_front(n.inputs[1]->type.shape(), r);
   s.b_const = const_data(n.inputs[1]);
-  if (n.inputs.size() > 2) {
+  if (epi::base_inputs(n.inputs.size(), n.attrs) > 2) {
     s.has_bias = true;
     s.bias = pad_front(n.inputs[2]->type.shape(), r);
     s.bias_const = const_data(n.inputs[2]);
   }
+  s.epi = epi::parse(n, s.out, false);
   return std::make_unique<GemmKernel>(s);
 }
 
@@ -422,19 +485,20 @@ std::unique_ptr<Kernel> make_linear(const Node& n) {
   s.out = {M, N};
   s.b_nk = true;
   s.b_const = const_data(n.inputs[1]);
-  if (n.inputs.size() > 2) {
+  if (epi::base_inputs(n.inputs.size(), n.attrs) > 2) {
     s.has_bias = true;
     s.bias = {1, N};
     s.bias_const = const_data(n.inputs[2]);
   }
+  s.epi = epi::parse(n, s.out, false);
   return std::make_unique<GemmKernel>(s);
 }
 
 }  // namespace
 
-AG_REGISTER_OP(matmul, {.name = "matmul", .min_inputs = 2, .max_inputs = 3, .infer = infer_matmul,
+AG_REGISTER_OP(matmul, {.name = "matmul", .min_inputs = 2, .max_inputs = -1, .infer = infer_matmul,
                         .make_kernel = make_matmul, .props = kNoProps});
-AG_REGISTER_OP(linear, {.name = "linear", .min_inputs = 2, .max_inputs = 3, .infer = infer_linear,
+AG_REGISTER_OP(linear, {.name = "linear", .min_inputs = 2, .max_inputs = -1, .infer = infer_linear,
                         .make_kernel = make_linear, .props = kNoProps});
 
 }  // namespace ag
