@@ -124,6 +124,10 @@ def node_support(node: torch.fx.Node) -> tuple[bool, str]:
         return False, str(e)
     except EngineError as e:
         return False, str(e).split("\n")[0]
+    except Exception as e:  # a bug in a lowering must not break the user's compile
+        log.warning("airgraph: lowering %s (%s) raised %s: %s; it runs in PyTorch", node.name, target_name(node),
+                    type(e).__name__, e)
+        return False, f"internal error in lowering: {type(e).__name__}: {e}"
     return True, ""
 
 

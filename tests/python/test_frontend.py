@@ -155,3 +155,24 @@ def test_decomposed_vector_norm(p):
         return torch.nn.functional.normalize(x, p=p, dim=-1), torch.linalg.vector_norm(x, dim=0)
 
     check(f, torch.randn(3, 8))
+
+
+def test_a_crashing_lowering_falls_back(monkeypatch):
+    from airgraph import lowering
+
+    def broken(ctx, node, *args, **kwargs):
+        raise ValueError("simulated bug in a lowering")
+
+    monkeypatch.setitem(lowering.LOWERINGS, torch.ops.aten.tanh.default, broken)
+
+    def f(x):
+        return torch.tanh(torch.relu(x)) + 1
+
+    x = torch.randn(5)
+    with torch.no_grad():
+        got = torch.compile(f, backend="airgraph")(x)
+    assert_close(got, f(x))
+    rep = airgraph.explain(f, x)
+    fb = rep.fallbacks()
+    assert [n.target for n in fb] == ["aten.tanh.default"], str(rep)
+    assert "simulated bug" in fb[0].reason
