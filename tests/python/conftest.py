@@ -37,7 +37,8 @@ def assert_close(got, want, atol=None, rtol=None, msg=""):
         if a.dtype.is_floating_point:
             at, rt = TOL.get(a.dtype, (1e-5, 1e-4))
             torch.testing.assert_close(a, b, atol=atol if atol is not None else at,
-                                       rtol=rtol if rtol is not None else rt, msg=lambda m: f"{msg} output {i}: {m}")
+                                       rtol=rtol if rtol is not None else rt, equal_nan=True,
+                                       msg=lambda m: f"{msg} output {i}: {m}")
         else:
             assert torch.equal(a, b), f"{msg} output {i}: integer/bool results differ"
 
