@@ -1,0 +1,677 @@
+#pragma GCC optimize("no-trapping-math")  // same codegen assumptions as the single-op elementwise kernels
+// fused_elementwise: interprets a small program (see fused_elementwise.h) tile
+// by tile. The output's flat index range is cut into tiles of kTile elements;
+// threads take contiguous runs of tiles. For each tile, every input is brought
+// into float32 scratch (a float32 input of the full output size is read where
+// it lies; other dtypes are widened; broadcast inputs are gathered with the
+// same Plan the single-op kernels use; a one-element input is splatted once
+// per run of tiles), then each instruction runs as one vectorizable loop over
+// the tile, then the outputs are stored. Scratch buffers are assigned at build
+// time by liveness (a chain of any length needs two or three), live in the
+// kernel (one set per thread) and are reused every call: run() never allocates.
+//
+// In place: the planner may give the (single) output the buffer of a
+// same-size input. A tile reads all of its inputs before it stores anything,
+// and tiles are disjoint, so that is safe.
+#include "kernels/fused_elementwise.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "kernels/elementwise.h"
+#include "kernels/elementwise_math.h"
+
+namespace ag {
+namespace fe {
+namespace {
+
+constexpr int64_t kTile = 512;
+
+bool value_dtype_ok(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::b8; }
+
+int arity(int64_t code) {
+  if (code >= kNeg && code <= kPowScalar) return 1;
+  if (code == kLogicalNot || code == kIsNan || code == kConvert) return 1;
+  if (code >= kAdd && code <= kAtan2) return 2;
+  if (code == kMaximum || code == kMinimum) return 2;
+  if (code >= kEq && code <= kLogicalXor) return 2;
+  if (code == kWhere) return 3;
+  return -1;
+}
+
+bool opmath_code(int64_t c) { return c >= kAdd && c <= kDivTrunc; }
+
+// dtype of an instruction's result; throws on operands the op cannot take.
+DType result_dtype(int64_t code, const DType* t, const double* p) {
+  auto need_float = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      AG_CHECK(t[i] != DType::b8, "fused_elementwise: instruction ", code, " needs floating operands");
+  };
+  if (code >= kNeg && code <= kPowScalar) {
+    need_float(1);
+    return t[0];
+  }
+  if (code == kLogicalNot || code == kIsNan) return DType::b8;
+  if (code == kConvert) {
+    int64_t d = static_cast<int64_t>(p[0]);
+    AG_CHECK(d >= 0 && d < kNumDTypes && value_dtype_ok(static_cast<DType>(d)),
+             "fused_elementwise: bad convert dtype ", p[0]);
+    return static_cast<DType>(d);
+  }
+  if (code >= kAdd && code <= kAtan2) {
+    need_float(2);
+    if (t[0] == t[1]) return t[0];
+    if (opmath_code(code)) {
+      if (ew::is_half(t[0]) && t[1] == DType::f32) return t[0];
+      if (ew::is_half(t[1]) && t[0] == DType::f32) return t[1];
+    }
+    fail("fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]), " differ");
+  }
+  if (code == kMaximum || code == kMinimum || (code >= kEq && code <= kLogicalXor)) {
+    AG_CHECK(t[0] == t[1], "fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]),
+             " differ");
+    return (code == kMaximum || code == kMinimum) ? t[0] : DType::b8;
+  }
+  if (code == kWhere) {
+    AG_CHECK(t[0] == DType::b8, "fused_elementwise: where needs a bool condition, got ", dtype_name(t[0]));
+    AG_CHECK(t[1] == t[2], "fused_elementwise: where branches differ: ", dtype_name(t[1]), " and ",
+             dtype_name(t[2]));
+    return t[1];
+  }
+  fail("fused_elementwise: unknown instruction code ", code);
+}
+
+struct Program {
+  std::vector<int64_t> ops, args, outs;
+  std::vector<double> params;
+  std::vector<DType> slot_dtype;  // inputs then instruction results
+  Shape shape;
+};
+
+Program read_program(const std::vector<TensorType>& in, const Attrs& a) {
+  Program p;
+  AG_CHECK(!in.empty(), "fused_elementwise: needs at least one input");
+  p.ops = a.ints("ops");
+  p.args = a.ints("args");
+  p.params = a.floats("params");
+  p.outs = a.ints("outputs");
+  const size_t k = p.ops.size();
+  AG_CHECK(!p.ops.empty() && p.args.size() == kArgs * k && p.params.size() == kParams * k,
+           "fused_elementwise: malformed program (", k, " ops, ", p.args.size(), " args, ", p.params.size(),
+           " params)");
+  AG_CHECK(!p.outs.empty(), "fused_elementwise: no outputs");
+  p.shape = in[0].shape();
+  for (auto& t : in) {
+    AG_CHECK(value_dtype_ok(t.dtype), "fused_elementwise: unsupported input ", t.str());
+    p.shape = broadcast_shapes(p.shape, t.shape());
+    p.slot_dtype.push_back(t.dtype);
+  }
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t code = p.ops[i];
+    const int n = arity(code);
+    AG_CHECK(n > 0, "fused_elementwise: unknown instruction code ", code);
+    DType t[kArgs] = {};
+    for (int j = 0; j < kArgs; ++j) {
+      int64_t s = p.args[kArgs * i + j];
+      if (j >= n) {
+        AG_CHECK(s == -1, "fused_elementwise: instruction ", i, " has an extra operand");
+        continue;
+      }
+      AG_CHECK(s >= 0 && s < static_cast<int64_t>(p.slot_dtype.size()), "fused_elementwise: instruction ", i,
+               " reads slot ", s, " which is not defined before it");
+      t[j] = p.slot_dtype[s];
+    }
+    p.slot_dtype.push_back(result_dtype(code, t, &p.params[kParams * i]));
+  }
+  for (int64_t s : p.outs)
+    AG_CHECK(s >= static_cast<int64_t>(in.size()) && s < static_cast<int64_t>(p.slot_dtype.size()),
+             "fused_elementwise: output slot ", s, " is not an instruction result");
+  return p;
+}
+
+std::vector<TensorType> infer_fused(const std::vector<TensorType>& in, const Attrs& a) {
+  Program p = read_program(in, a);
+  std::vector<TensorType> out;
+  for (int64_t s : p.outs) out.push_back(TensorType(p.slot_dtype[s], p.shape));
+  return out;
+}
+
+// ---- element helpers ----------------------------------------------------------------
+inline float bits_f(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t f_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+// f32 -> bf16 -> f32, branch free, bit-identical to f32_to_bf16 (NaN included)
+inline float round_bf16(float x) {
+  uint32_t u = f_bits(x);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  uint32_t q = (u & 0xffff0000u) | 0x00400000u;
+  return bits_f((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+inline float round_f16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+
+template <typename T>
+inline float ld(const T& v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, bf16s>) return bits_f(static_cast<uint32_t>(v.b) << 16);
+  else if constexpr (std::is_same_v<T, f16s>) return f16_to_f32(v.b);
+  else return v != 0 ? 1.0f : 0.0f;  // bool read as uint8
+}
+
+template <typename T>
+void widen(const T* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = ld(src[i]);
+}
+
+// dst[0, n) = input elements for output positions [b, b + n), through plan p
+template <typename T>
+void gather(const ew::Plan<1>& p, const T* src, int64_t b, int64_t n, float* dst) {
+  const int64_t inner = p.inner;
+  int64_t idx[ew::kMaxDims];
+  int64_t off = 0;
+  int64_t rem = b / inner, j = b % inner;
+  for (int d = p.nd - 1; d >= 0; --d) {
+    idx[d] = rem % p.size[d];
+    rem /= p.size[d];
+    off += idx[d] * p.stride[0][d];
+  }
+  int64_t pos = 0;
+  while (pos < n) {
+    const int64_t len = std::min(inner - j, n - pos);
+    if (p.inner_stride[0]) {
+      const T* s = src + off + j;
+      float* o = dst + pos;
+      for (int64_t i = 0; i < len; ++i) o[i] = ld(s[i]);
+    } else {
+      const float v = ld(src[off]);
+      float* o = dst + pos;
+      for (int64_t i = 0; i < len; ++i) o[i] = v;
+    }
+    pos += len;
+    j = 0;
+    for (int d = p.nd - 1; d >= 0; --d) {
+      ++idx[d];
+      off += p.stride[0][d];
+      if (idx[d] < p.size[d]) break;
+      off -= p.stride[0][d] * p.size[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <typename F>
+inline void un(float* d, const float* a, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i]);
+}
+template <typename F>
+inline void bin(float* d, const float* a, const float* b, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+}
+
+bool is_math(int64_t c) {
+  switch (c) {
+    case kSilu: case kTanh: case kSigmoid: case kErf: case kExp: case kLog: case kLog1p: case kExpm1: case kSin:
+    case kCos: case kGeluErf: case kGeluTanh: case kPowScalar: case kPow: case kAtan2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+class FusedKernel final : public Kernel {
+ public:
+  explicit FusedKernel(const Node& n) {
+    std::vector<TensorType> in;
+    for (Value* v : n.inputs) in.push_back(v->type);
+    Program p = read_program(in, n.attrs);
+    numel_ = TensorType(DType::f32, p.shape).numel();
+    nin_ = static_cast<int>(in.size());
+    const int k = static_cast<int>(p.ops.size());
+    const int nslots = nin_ + k;
+    // inputs
+    for (int i = 0; i < nin_; ++i) {
+      In x;
+      x.dt = in[i].dtype;
+      int64_t ne = in[i].numel();
+      if (ne == numel_) x.kind = kFull;
+      else if (ne == 1) x.kind = kScalar;
+      else x.kind = kBcast;
+      if (x.kind == kBcast) x.plan = ew::make_plan<1>(p.shape, {in[i].shape()});
+      ins_.push_back(x);
+    }
+    // liveness: last instruction reading each slot (outputs live to the end)
+    std::vector<int> last(nslots, -1);
+    for (int i = 0; i < k; ++i)
+      for (int j = 0; j < arity(p.ops[i]); ++j) last[p.args[kArgs * i + j]] = i;
+    for (int64_t s : p.outs) last[s] = k;
+    slot_buf_.assign(nslots, -1);
+    std::vector<int> free_list;
+    int nbuf = 0;
+    auto take = [&] {
+      if (!free_list.empty()) {
+        int b = free_list.back();
+        free_list.pop_back();
+        return b;
+      }
+      return nbuf++;
+    };
+    for (int i = 0; i < nin_; ++i) {
+      if (ins_[i].kind == kFull && ins_[i].dt == DType::f32) continue;  // read in place
+      if (last[i] < 0) continue;
+      slot_buf_[i] = take();  // scalar buffers are never released (filled once per run of tiles)
+    }
+    auto release = [&](int s, int i) {
+      if (slot_buf_[s] < 0 || last[s] != i) return;
+      if (s < nin_ && ins_[s].kind == kScalar) return;
+      if (std::find(free_list.begin(), free_list.end(), slot_buf_[s]) == free_list.end())
+        free_list.push_back(slot_buf_[s]);
+    };
+    weight_ = 0;
+    for (int i = 0; i < k; ++i) {
+      Op op;
+      op.code = p.ops[i];
+      op.a = static_cast<int>(p.args[kArgs * i]);
+      op.b = static_cast<int>(p.args[kArgs * i + 1]);
+      op.c = static_cast<int>(p.args[kArgs * i + 2]);
+      const double* pp = &p.params[kParams * i];
+      const DType rt = p.slot_dtype[nin_ + i];
+      op.round = rt == DType::bf16 ? 1 : rt == DType::f16 ? 2 : 0;
+      if (op.code == kWhere) op.round = 0;  // moves values of its own dtype, bits untouched (like the where kernel)
+      configure(op, pp);
+      for (int j = 0; j < arity(op.code); ++j) release(static_cast<int>(p.args[kArgs * i + j]), i);
+      const int dst = nin_ + i;
+      slot_buf_[dst] = take();
+      op.dst = slot_buf_[dst];
+      if (last[dst] < 0) free_list.push_back(slot_buf_[dst]);  // never read
+      ops_.push_back(op);
+      weight_ += is_math(op.code) ? 8 : 1;
+    }
+    for (int64_t s : p.outs) {
+      out_slot_.push_back(static_cast<int>(s));
+      out_dt_.push_back(p.slot_dtype[s]);
+    }
+    nbuf_ = nbuf;
+    nsets_ = std::clamp(std::max(num_threads(), omp_get_max_threads()), 1, 256);
+    const size_t floats = static_cast<size_t>(nbuf_) * kTile * nsets_;
+    mem_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(64, floats * sizeof(float)))));
+    AG_CHECK(mem_ != nullptr, "fused_elementwise: out of memory for scratch");
+    ptrs_.assign(static_cast<size_t>(nslots) * nsets_, nullptr);
+    nslots_ = nslots;
+    name_ = "fused_elementwise_" + std::to_string(k) + "ops";
+  }
+
+  std::string name() const override { return name_; }
+
+  void run(void* const* in, void* const* out) override {
+    if (numel_ == 0) return;
+    const int64_t ntiles = (numel_ + kTile - 1) / kTile;
+    // a chunk must be worth a task: about as much work as the single-op kernels' cheap grain
+    const int64_t work = numel_ * std::max<int64_t>(weight_, 1);
+    int64_t want = std::min<int64_t>({static_cast<int64_t>(nsets_), static_cast<int64_t>(num_threads()), ntiles,
+                                      work / ew::kGrainCheap});
+    if (want <= 1) {
+      run_tiles(0, 0, ntiles, in, out);
+      return;
+    }
+    parallel_for(want, 1, [&](int64_t cb, int64_t ce) {
+      const int set = static_cast<int>(cb);  // ranges are disjoint: cb identifies the thread
+      run_tiles(set, cb * ntiles / want, ce * ntiles / want, in, out);
+    });
+  }
+
+ private:
+  enum Kind { kFull, kScalar, kBcast };
+  struct In {
+    Kind kind = kFull;
+    DType dt = DType::f32;
+    ew::Plan<1> plan;
+  };
+  struct Op {
+    int64_t code = 0;
+    int a = -1, b = -1, c = -1, dst = -1;
+    int round = 0;  // 1 bf16, 2 f16
+    int mode = 0;
+    bool has_lo = false, has_hi = false;
+    float p0 = 0, p1 = 0;
+  };
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+
+  static void configure(Op& op, const double* p) {
+    switch (op.code) {
+      case kLeakyRelu: op.p0 = static_cast<float>(p[0]); break;
+      case kAddAlpha: case kSubAlpha: op.p0 = static_cast<float>(p[0]); break;
+      case kClamp: {
+        int flags = static_cast<int>(p[2]);
+        op.has_lo = flags & 1;
+        op.has_hi = flags & 2;
+        op.p0 = static_cast<float>(p[0]);
+        op.p1 = static_cast<float>(p[1]);
+        break;
+      }
+      case kPowScalar: {  // as the single-op kernel: special exponents get exact shortcuts
+        double d = p[0];
+        op.p0 = static_cast<float>(d);
+        op.mode = d == 1 ? 1 : d == 2 ? 2 : d == 3 ? 3 : d == 0.5 ? 4 : d == -1 ? 5 : d == -2 ? 6 : d == -0.5 ? 7
+                                                                                           : d == 0 ? 8 : 0;
+        break;
+      }
+      case kConvert: op.mode = static_cast<int>(p[0]); break;
+      default: break;
+    }
+  }
+
+  template <typename T>
+  void load_input(int i, const void* src, int64_t b, int64_t n, float* dst) const {
+    const In& x = ins_[i];
+    const T* s = static_cast<const T*>(src);
+    if (x.kind == kFull) widen(s + b, dst, n);
+    else gather(x.plan, s, b, n, dst);
+  }
+  void load(int i, const void* src, int64_t b, int64_t n, float* dst) const {
+    switch (ins_[i].dt) {
+      case DType::f32: load_input<float>(i, src, b, n, dst); break;
+      case DType::bf16: load_input<bf16s>(i, src, b, n, dst); break;
+      case DType::f16: load_input<f16s>(i, src, b, n, dst); break;
+      default: load_input<uint8_t>(i, src, b, n, dst); break;
+    }
+  }
+  float scalar(int i, const void* src) const {
+    switch (ins_[i].dt) {
+      case DType::f32: return *static_cast<const float*>(src);
+      case DType::bf16: return ld(*static_cast<const bf16s*>(src));
+      case DType::f16: return ld(*static_cast<const f16s*>(src));
+      default: return ld(*static_cast<const uint8_t*>(src));
+    }
+  }
+
+  void run_tiles(int set, int64_t t0, int64_t t1, void* const* in, void* const* out) {
+    float* base = mem_.get() + static_cast<size_t>(set) * nbuf_ * kTile;
+    const float** sp = ptrs_.data() + static_cast<size_t>(set) * nslots_;
+    for (int s = 0; s < nslots_; ++s) sp[s] = slot_buf_[s] >= 0 ? base + slot_buf_[s] * kTile : nullptr;
+    for (int i = 0; i < nin_; ++i)
+      if (ins_[i].kind == kScalar && slot_buf_[i] >= 0) {
+        const float v = scalar(i, in[i]);
+        float* d = base + slot_buf_[i] * kTile;
+        for (int64_t e = 0; e < kTile; ++e) d[e] = v;
+      }
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t * kTile, n = std::min(kTile, numel_ - b);
+      for (int i = 0; i < nin_; ++i) {
+        if (ins_[i].kind == kScalar) continue;
+        if (slot_buf_[i] < 0) {
+          if (ins_[i].kind == kFull) sp[i] = static_cast<const float*>(in[i]) + b;  // f32, read in place
+          continue;
+        }
+        load(i, in[i], b, n, base + slot_buf_[i] * kTile);
+      }
+      for (const Op& op : ops_) exec(op, sp, base + op.dst * kTile, n);
+      for (size_t j = 0; j < out_slot_.size(); ++j) store(out_dt_[j], sp[out_slot_[j]], out[j], b, n);
+    }
+  }
+
+  static void store(DType dt, const float* s, void* dst, int64_t b, int64_t n) {
+    switch (dt) {
+      case DType::f32: std::memcpy(static_cast<float*>(dst) + b, s, n * sizeof(float)); break;
+      case DType::bf16: {  // values are already rounded: the upper half is the bf16
+        uint16_t* o = static_cast<uint16_t*>(dst) + b;
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<uint16_t>(f_bits(s[i]) >> 16);
+        break;
+      }
+      case DType::f16: {
+        uint16_t* o = static_cast<uint16_t*>(dst) + b;
+        for (int64_t i = 0; i < n; ++i) {
+          _Float16 h = static_cast<_Float16>(s[i]);
+          std::memcpy(&o[i], &h, 2);
+        }
+        break;
+      }
+      default: {
+        bool* o = static_cast<bool*>(dst) + b;
+        for (int64_t i = 0; i < n; ++i) o[i] = s[i] != 0.0f;
+        break;
+      }
+    }
+  }
+
+  static void exec(const Op& op, const float* const* sp, float* d, int64_t n) {
+    const float* a = sp[op.a];
+    const float* b = op.b >= 0 ? sp[op.b] : nullptr;
+    const float* c = op.c >= 0 ? sp[op.c] : nullptr;
+    using namespace math;
+    switch (op.code) {
+      case kNeg: un(d, a, n, [](float x) { return -x; }); break;
+      case kAbs: un(d, a, n, [](float x) { return x < 0.0f ? -x : x; }); break;
+      case kRelu: un(d, a, n, [](float x) { return x < 0.0f ? 0.0f : x; }); break;
+      case kSilu: un(d, a, n, [](float x) { return silu_(x); }); break;
+      case kTanh: un(d, a, n, [](float x) { return tanh_(x); }); break;
+      case kSigmoid: un(d, a, n, [](float x) { return sigmoid_(x); }); break;
+      case kErf: un(d, a, n, [](float x) { return erf_(x); }); break;
+      case kExp: un(d, a, n, [](float x) { return exp_(x); }); break;
+      case kLog: un(d, a, n, [](float x) { return log_(x); }); break;
+      case kLog1p: un(d, a, n, [](float x) { return std::log1p(x); }); break;
+      case kExpm1: un(d, a, n, [](float x) { return std::expm1(x); }); break;
+      case kRsqrt: un(d, a, n, [](float x) { return 1.0f / std::sqrt(x); }); break;
+      case kSqrt: un(d, a, n, [](float x) { return std::sqrt(x); }); break;
+      case kSin: un(d, a, n, [](float x) { return std::sin(x); }); break;
+      case kCos: un(d, a, n, [](float x) { return std::cos(x); }); break;
+      case kReciprocal: un(d, a, n, [](float x) { return 1.0f / x; }); break;
+      case kFloor: un(d, a, n, [](float x) { return std::floor(x); }); break;
+      case kCeil: un(d, a, n, [](float x) { return std::ceil(x); }); break;
+      case kRound: un(d, a, n, [](float x) { return std::nearbyint(x); }); break;
+      case kTrunc: un(d, a, n, [](float x) { return std::trunc(x); }); break;
+      case kSign: un(d, a, n, [](float x) { return static_cast<float>(int(0.0f < x) - int(x < 0.0f)); }); break;
+      case kLeakyRelu: {
+        const float s = op.p0;
+        un(d, a, n, [s](float x) { return x > 0.0f ? x : x * s; });
+        break;
+      }
+      case kGeluErf: un(d, a, n, [](float x) { return gelu_erf_(x); }); break;
+      case kGeluTanh: un(d, a, n, [](float x) { return gelu_tanh_(x); }); break;
+      case kClamp: {
+        const float lo = op.p0, hi = op.p1;
+        if (op.has_lo && op.has_hi)
+          un(d, a, n, [lo, hi](float x) {
+            float r = (x < lo || lo != lo) ? lo : x;
+            return (r > hi || hi != hi) ? hi : r;
+          });
+        else if (op.has_lo)
+          un(d, a, n, [lo](float x) { return (x < lo || lo != lo) ? lo : x; });
+        else
+          un(d, a, n, [hi](float x) { return (x > hi || hi != hi) ? hi : x; });
+        break;
+      }
+      case kPowScalar: {
+        const float e = op.p0;
+        switch (op.mode) {
+          case 1: un(d, a, n, [](float x) { return x; }); break;
+          case 2: un(d, a, n, [](float x) { return x * x; }); break;
+          case 3: un(d, a, n, [](float x) { return x * x * x; }); break;
+          case 4: un(d, a, n, [](float x) { return std::sqrt(x); }); break;
+          case 5: un(d, a, n, [](float x) { return 1.0f / x; }); break;
+          case 6: un(d, a, n, [](float x) { return 1.0f / (x * x); }); break;
+          case 7: un(d, a, n, [](float x) { return 1.0f / std::sqrt(x); }); break;
+          case 8: un(d, a, n, [](float) { return 1.0f; }); break;
+          default: un(d, a, n, [e](float x) { return std::pow(x, e); }); break;
+        }
+        break;
+      }
+      case kLogicalNot: un(d, a, n, [](float x) { return x == 0.0f ? 1.0f : 0.0f; }); break;
+      case kIsNan: un(d, a, n, [](float x) { return x != x ? 1.0f : 0.0f; }); break;
+      case kConvert:
+        if (static_cast<DType>(op.mode) == DType::b8) un(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
+        else un(d, a, n, [](float x) { return x; });  // to a float dtype: the rounding below does it
+        break;
+      case kAdd: bin(d, a, b, n, [](float x, float y) { return x + y; }); break;
+      case kAddAlpha: {
+        const float al = op.p0;
+        bin(d, a, b, n, [al](float x, float y) { return x + al * y; });
+        break;
+      }
+      case kSub: bin(d, a, b, n, [](float x, float y) { return x - y; }); break;
+      case kSubAlpha: {
+        const float al = op.p0;
+        bin(d, a, b, n, [al](float x, float y) { return x - al * y; });
+        break;
+      }
+      case kMul: bin(d, a, b, n, [](float x, float y) { return x * y; }); break;
+      case kDiv: bin(d, a, b, n, [](float x, float y) { return x / y; }); break;
+      case kDivTrunc: bin(d, a, b, n, [](float x, float y) { return std::trunc(x / y); }); break;
+      case kPow: bin(d, a, b, n, [](float x, float y) { return std::pow(x, y); }); break;
+      case kAtan2: bin(d, a, b, n, [](float x, float y) { return std::atan2(x, y); }); break;
+      case kMaximum:
+        bin(d, a, b, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
+        break;
+      case kMinimum:
+        bin(d, a, b, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
+        break;
+      case kEq: bin(d, a, b, n, [](float x, float y) { return x == y ? 1.0f : 0.0f; }); break;
+      case kNe: bin(d, a, b, n, [](float x, float y) { return x != y ? 1.0f : 0.0f; }); break;
+      case kLt: bin(d, a, b, n, [](float x, float y) { return x < y ? 1.0f : 0.0f; }); break;
+      case kLe: bin(d, a, b, n, [](float x, float y) { return x <= y ? 1.0f : 0.0f; }); break;
+      case kGt: bin(d, a, b, n, [](float x, float y) { return x > y ? 1.0f : 0.0f; }); break;
+      case kGe: bin(d, a, b, n, [](float x, float y) { return x >= y ? 1.0f : 0.0f; }); break;
+      case kLogicalAnd:
+        bin(d, a, b, n, [](float x, float y) { return (x != 0.0f) & (y != 0.0f) ? 1.0f : 0.0f; });
+        break;
+      case kLogicalOr:
+        bin(d, a, b, n, [](float x, float y) { return (x != 0.0f) | (y != 0.0f) ? 1.0f : 0.0f; });
+        break;
+      case kLogicalXor:
+        bin(d, a, b, n, [](float x, float y) { return (x != 0.0f) != (y != 0.0f) ? 1.0f : 0.0f; });
+        break;
+      case kWhere:
+        for (int64_t i = 0; i < n; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
+        break;
+      default: fail("fused_elementwise: unknown instruction code ", op.code);
+    }
+    if (op.round == 1) {
+      for (int64_t i = 0; i < n; ++i) d[i] = round_bf16(d[i]);
+    } else if (op.round == 2) {
+      for (int64_t i = 0; i < n; ++i) d[i] = round_f16(d[i]);
+    }
+  }
+
+  int64_t numel_ = 0;
+  int nin_ = 0, nslots_ = 0, nbuf_ = 0, nsets_ = 1;
+  int64_t weight_ = 0;
+  std::vector<In> ins_;
+  std::vector<Op> ops_;
+  std::vector<int> slot_buf_;
+  std::vector<int> out_slot_;
+  std::vector<DType> out_dt_;
+  std::unique_ptr<float, Free> mem_;
+  std::vector<const float*> ptrs_;
+  std::string name_;
+};
+
+std::unique_ptr<Kernel> make_fused(const Node& n) { return std::make_unique<FusedKernel>(n); }
+
+}  // namespace
+
+bool encode(const Node& n, Instr* o) {
+  if (n.outputs.size() != 1 || !n.op->has(kElementwise)) return false;
+  bool all_float = true;
+  for (Value* v : n.inputs) {
+    if (!value_dtype_ok(v->type.dtype)) return false;
+    all_float = all_float && v->type.dtype != DType::b8;
+  }
+  const DType ot = n.out()->type.dtype;
+  if (!value_dtype_ok(ot)) return false;
+  all_float = all_float && ot != DType::b8;
+  bool all_bool = ot == DType::b8;
+  for (Value* v : n.inputs) all_bool = all_bool && v->type.dtype == DType::b8;
+  const std::string_view op = n.op->name;
+  const Attrs& a = n.attrs;
+  *o = Instr{};
+  auto set = [&](int64_t code, bool ok = true) {
+    if (!ok) return false;
+    o->code = code;
+    o->nargs = arity(code);
+    return static_cast<int>(n.inputs.size()) == o->nargs;
+  };
+  struct Simple {
+    const char* name;
+    Code code;
+  };
+  static const Simple float_ops[] = {
+      {"neg", kNeg},   {"abs", kAbs},         {"relu", kRelu},   {"silu", kSilu},   {"tanh", kTanh},
+      {"sigmoid", kSigmoid}, {"erf", kErf},   {"exp", kExp},     {"log", kLog},     {"log1p", kLog1p},
+      {"expm1", kExpm1}, {"rsqrt", kRsqrt},   {"sqrt", kSqrt},   {"sin", kSin},     {"cos", kCos},
+      {"reciprocal", kReciprocal}, {"floor", kFloor}, {"ceil", kCeil}, {"round", kRound}, {"trunc", kTrunc},
+      {"sign", kSign}, {"mul", kMul},         {"pow", kPow},     {"atan2", kAtan2}};
+  for (auto& s : float_ops)
+    if (op == s.name) return set(s.code, all_float);
+  static const Simple any_ops[] = {{"logical_not", kLogicalNot}, {"isnan", kIsNan}, {"maximum", kMaximum},
+                                   {"minimum", kMinimum},        {"eq", kEq},       {"ne", kNe},
+                                   {"lt", kLt},                  {"le", kLe},       {"gt", kGt},
+                                   {"ge", kGe},                  {"logical_and", kLogicalAnd},
+                                   {"logical_or", kLogicalOr},   {"logical_xor", kLogicalXor},
+                                   {"where", kWhere}};
+  for (auto& s : any_ops)
+    if (op == s.name) return set(s.code);
+  static const Simple bool_ops[] = {{"bitwise_not", kLogicalNot}, {"bitwise_and", kLogicalAnd},
+                                    {"bitwise_or", kLogicalOr},   {"bitwise_xor", kLogicalXor}};
+  for (auto& s : bool_ops)
+    if (op == s.name) return set(s.code, all_bool);
+  if (op == "convert") {
+    o->p[0] = static_cast<double>(static_cast<int>(a.dtype("dtype")));
+    return set(kConvert);
+  }
+  if (op == "leaky_relu") {
+    o->p[0] = a.f("negative_slope", 0.01);
+    return set(kLeakyRelu, all_float);
+  }
+  if (op == "gelu") {
+    std::string ap = a.s("approximate", "none");
+    if (ap == "none") return set(kGeluErf, all_float);
+    if (ap == "tanh") return set(kGeluTanh, all_float);
+    return false;
+  }
+  if (op == "clamp") {
+    int flags = 0;
+    if (a.has("min")) {
+      o->p[0] = ew::number_attr(a, "min").f;
+      flags |= 1;
+    }
+    if (a.has("max")) {
+      o->p[1] = ew::number_attr(a, "max").f;
+      flags |= 2;
+    }
+    o->p[2] = flags;
+    return set(kClamp, all_float && flags != 0);
+  }
+  if (op == "pow_scalar") {
+    o->p[0] = ew::number_attr(a, "exponent").f;
+    return set(kPowScalar, all_float);
+  }
+  if (op == "add" || op == "sub") {
+    const bool alpha = a.has("alpha") && ew::number_attr(a, "alpha").f != 1;
+    if (alpha) o->p[0] = ew::number_attr(a, "alpha").f;
+    if (op == "add") return set(alpha ? kAddAlpha : kAdd, all_float);
+    return set(alpha ? kSubAlpha : kSub, all_float);
+  }
+  if (op == "div") {
+    std::string m = a.s("rounding_mode", "");
+    if (m.empty()) return set(kDiv, all_float);
+    if (m == "trunc") return set(kDivTrunc, all_float);
+    return false;
+  }
+  return false;
+}
+
+}  // namespace fe
+
+AG_REGISTER_OP(fused_elementwise, {.name = "fused_elementwise", .min_inputs = 1, .max_inputs = -1,
+                                   .infer = fe::infer_fused, .make_kernel = fe::make_fused,
+                                   .props = kElementwise});
+
+}  // namespace ag

@@ -1,0 +1,369 @@
+// Tests of elementwise fusion: what the pass groups (and what it must not),
+// multi-output groups, broadcasting inputs, node order, and the fused kernel
+// against the unfused single-op kernels (bit-exact: the fused program rounds
+// every bf16/f16 result where the unfused graph stores it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "ir/graph.h"
+#include "ir/op_registry.h"
+#include "kernels/common.h"
+#include "kernels/fused_elementwise.h"
+#include "passes/passes.h"
+#include "runtime/executor.h"
+
+namespace ag {
+namespace {
+
+Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
+  Attrs a;
+  for (auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+using Build = std::function<void(Graph&, const std::vector<Value*>&)>;
+
+struct Buf {
+  std::vector<uint8_t> bytes;
+};
+
+// Deterministic data for a type: floats in about [-4, 4] with a few specials.
+Buf make_data(const TensorType& t, uint32_t seed, bool specials = true) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-4.f, 4.f);
+  int64_t n = t.numel();
+  Buf b;
+  b.bytes.resize(std::max<size_t>(1, t.nbytes()));
+  for (int64_t i = 0; i < n; ++i) {
+    float v = u(rng);
+    if (specials && n > 16) {
+      if (i % 97 == 5) v = std::numeric_limits<float>::quiet_NaN();
+      if (i % 89 == 7) v = std::numeric_limits<float>::infinity();
+      if (i % 83 == 3) v = -0.0f;
+      if (i % 79 == 1) v = 0.0f;
+    }
+    switch (t.dtype) {
+      case DType::f32: std::memcpy(&b.bytes[4 * i], &v, 4); break;
+      case DType::bf16: {
+        uint16_t h = f32_to_bf16(v);
+        std::memcpy(&b.bytes[2 * i], &h, 2);
+        break;
+      }
+      case DType::f16: {
+        uint16_t h = f32_to_f16(v);
+        std::memcpy(&b.bytes[2 * i], &h, 2);
+        break;
+      }
+      case DType::b8: b.bytes[i] = v > 0; break;
+      default: ADD_FAILURE() << "no data for " << t.str();
+    }
+  }
+  return b;
+}
+
+struct Result {
+  std::string graph;
+  std::vector<TensorType> types;
+  std::vector<std::vector<uint8_t>> outs;
+  int fused_nodes = 0;
+  int nodes = 0;
+};
+
+Result run(const std::vector<TensorType>& in_types, const Build& build, bool fuse, uint32_t seed = 1) {
+  Graph g;
+  std::vector<Value*> ins;
+  for (size_t i = 0; i < in_types.size(); ++i) ins.push_back(g.add_input(in_types[i], "x" + std::to_string(i)));
+  build(g, ins);
+  PipelineOptions opt;
+  if (!fuse) opt.disabled.insert("fuse_elementwise");
+  run_pipeline(g, opt);
+  Result r;
+  r.graph = g.str();
+  for (auto& n : g.nodes()) {
+    r.fused_nodes += std::string(n->op->name) == "fused_elementwise";
+    r.nodes++;
+  }
+  std::vector<Buf> data;
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < in_types.size(); ++i) data.push_back(make_data(in_types[i], seed + 17 * i));
+  for (auto& d : data) ptrs.push_back(d.bytes.data());
+  Executor ex(compile_program(g));
+  auto outs = ex.run(ptrs);
+  for (auto& o : outs) {
+    r.types.push_back(o.type);
+    const uint8_t* p = static_cast<const uint8_t*>(o.data);
+    r.outs.emplace_back(p, p + o.type.nbytes());
+  }
+  return r;
+}
+
+// Runs fused and unfused and expects identical bytes; returns the fused result.
+Result expect_same(const std::vector<TensorType>& in_types, const Build& build, int want_fused = -1) {
+  Result f = run(in_types, build, true), u = run(in_types, build, false);
+  EXPECT_EQ(u.fused_nodes, 0);
+  if (want_fused >= 0) EXPECT_EQ(f.fused_nodes, want_fused) << f.graph;
+  EXPECT_EQ(f.outs.size(), u.outs.size());
+  for (size_t i = 0; i < f.outs.size() && i < u.outs.size(); ++i) {
+    EXPECT_TRUE(f.types[i] == u.types[i]) << f.types[i].str() << " vs " << u.types[i].str();
+    EXPECT_EQ(f.outs[i].size(), u.outs[i].size());
+    size_t bad = 0;
+    for (size_t b = 0; b < f.outs[i].size() && b < u.outs[i].size(); ++b) bad += f.outs[i][b] != u.outs[i][b];
+    EXPECT_EQ(bad, 0u) << "output " << i << " differs in " << bad << " bytes\n" << f.graph;
+  }
+  return f;
+}
+
+Value* op(Graph& g, const std::string& name, std::vector<Value*> in, Attrs a = {}, const std::string& fx = "") {
+  return g.add_node(name, in, std::move(a), fx, fx.empty() ? "" : "model.py:1 in forward: " + fx)->out();
+}
+
+const Node* find_node(const Graph& g, const std::string& opname) {
+  for (auto& n : g.nodes())
+    if (std::string(n->op->name) == opname) return n.get();
+  return nullptr;
+}
+
+TEST(FuseElementwisePass, ChainBecomesOneNodeNamedAfterLast) {
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {4, 8}), "x");
+  Value* y = g.add_input(TensorType(DType::f32, {8}), "y");
+  Value* a = op(g, "exp", {x}, {}, "exp");
+  Value* b = op(g, "mul", {a, y}, {}, "mul");
+  Value* c = op(g, "gelu", {b}, attrs({{"approximate", std::string("tanh")}}), "gelu");
+  g.set_outputs({c});
+  PipelineOptions opt;
+  run_pipeline(g, opt);
+  ASSERT_EQ(g.nodes().size(), 1u) << g.str();
+  const Node& f = *g.nodes()[0];
+  EXPECT_EQ(std::string(f.op->name), "fused_elementwise");
+  EXPECT_EQ(f.name, "gelu");
+  EXPECT_EQ(f.source, "model.py:1 in forward: gelu");
+  EXPECT_EQ(f.attrs.s("fused"), "exp,mul,gelu");
+  EXPECT_EQ(f.inputs.size(), 2u);
+  EXPECT_EQ(f.attrs.ints("ops"), (std::vector<int64_t>{fe::kExp, fe::kMul, fe::kGeluTanh}));
+  EXPECT_TRUE(f.out()->type == TensorType(DType::f32, {4, 8}));
+}
+
+TEST(FuseElementwisePass, SingleNodesAndIntegerMathStayUnfused) {
+  // one float op alone: nothing to fuse
+  auto r = run({TensorType(DType::f32, {5})}, [](Graph& g, const std::vector<Value*>& in) {
+    g.set_outputs({op(g, "exp", {in[0]})});
+  }, true);
+  EXPECT_EQ(r.fused_nodes, 0);
+  // integer chain: unfused
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::i64, {5}), "x");
+  Value* a = op(g, "neg", {x});
+  Value* b = op(g, "abs", {a});
+  g.set_outputs({b});
+  run_pipeline(g, PipelineOptions{});
+  EXPECT_EQ(find_node(g, "fused_elementwise"), nullptr) << g.str();
+  // float64 chain: unfused
+  Graph g2;
+  Value* d = g2.add_input(TensorType(DType::f64, {5}), "x");
+  g2.set_outputs({op(g2, "exp", {op(g2, "neg", {d})})});
+  run_pipeline(g2, PipelineOptions{});
+  EXPECT_EQ(find_node(g2, "fused_elementwise"), nullptr) << g2.str();
+}
+
+TEST(FuseElementwisePass, ShapeChangeSplitsGroups) {
+  // exp on [4,1] then add with [1,5] -> [4,5]: different shapes, not one group; the
+  // [4,5] part (add, tanh) fuses.
+  auto f = expect_same({TensorType(DType::f32, {4, 1}), TensorType(DType::f32, {1, 5})},
+                       [](Graph& g, const std::vector<Value*>& in) {
+                         Value* a = op(g, "exp", {in[0]});
+                         Value* b = op(g, "add", {a, in[1]});
+                         g.set_outputs({op(g, "tanh", {b})});
+                       }, 1);
+  EXPECT_NE(f.graph.find("= exp("), std::string::npos) << f.graph;
+}
+
+TEST(FuseElementwisePass, MultiOutputGroup) {
+  auto f = expect_same({TensorType(DType::f32, {3, 7})}, [](Graph& g, const std::vector<Value*>& in) {
+    Value* a = op(g, "exp", {in[0]}, {}, "a");
+    Value* b = op(g, "mul", {a, a}, {}, "b");
+    Value* c = op(g, "sin", {b}, {}, "c");
+    g.set_outputs({a, c});
+  }, 1);
+  EXPECT_NE(f.graph.find("fused_elementwise"), std::string::npos);
+  // the fused node has two outputs: a and c
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {3, 7}), "x");
+  Value* a = op(g, "exp", {x}, {}, "a");
+  Value* c = op(g, "sin", {op(g, "mul", {a, a}, {}, "b")}, {}, "c");
+  g.set_outputs({a, c});
+  run_pipeline(g, PipelineOptions{});
+  const Node* fn = find_node(g, "fused_elementwise");
+  ASSERT_NE(fn, nullptr);
+  EXPECT_EQ(fn->outputs.size(), 2u);
+  EXPECT_EQ(fn->attrs.s("fused"), "a,b,c");
+}
+
+TEST(FuseElementwisePass, ValueReadOutsideClosesGroupAndOrderStaysValid) {
+  // a = exp(x); r = sum(a) (outside reader); s = sin(a) must not join a's group after r
+  auto f = expect_same({TensorType(DType::f32, {6, 4})}, [](Graph& g, const std::vector<Value*>& in) {
+    Value* a = op(g, "exp", {in[0]}, {}, "a");
+    Value* a2 = op(g, "mul", {a, in[0]}, {}, "a2");
+    Value* r = op(g, "reshape", {a2}, attrs({{"shape", std::vector<int64_t>{4, 6}}}), "r");
+    Value* s = op(g, "sin", {a2}, {}, "s");
+    Value* t = op(g, "cos", {s}, {}, "t");
+    g.set_outputs({r, t});
+  }, 2);
+  // exp+mul fused, then sin+cos fused after the reshape
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {6, 4}), "x");
+  Value* a2 = op(g, "mul", {op(g, "exp", {x}, {}, "a"), x}, {}, "a2");
+  Value* r = op(g, "reshape", {a2}, attrs({{"shape", std::vector<int64_t>{4, 6}}}), "r");
+  Value* t = op(g, "cos", {op(g, "sin", {a2}, {}, "s")}, {}, "t");
+  g.set_outputs({r, t});
+  run_pipeline(g, PipelineOptions{});
+  std::vector<std::string> order;
+  for (auto& n : g.nodes()) order.push_back(n->name);
+  EXPECT_EQ(order, (std::vector<std::string>{"a2", "r", "t"})) << g.str();
+}
+
+TEST(FuseElementwisePass, TwoGroupsMergeAtAJoin) {
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {10}), "x");
+  Value* y = g.add_input(TensorType(DType::f32, {10}), "y");
+  Value* a = op(g, "exp", {x}, {}, "a");
+  Value* b = op(g, "sin", {y}, {}, "b");
+  Value* c = op(g, "add", {a, b}, {}, "c");
+  g.set_outputs({c});
+  run_pipeline(g, PipelineOptions{});
+  ASSERT_EQ(g.nodes().size(), 1u) << g.str();
+  EXPECT_EQ(g.nodes()[0]->attrs.s("fused"), "a,b,c");
+}
+
+TEST(FuseElementwisePass, BroadcastingInputs) {
+  expect_same({TensorType(DType::f32, {4, 1, 8}), TensorType(DType::f32, {8}), TensorType(DType::f32, {}),
+               TensorType(DType::f32, {4, 5, 8}), TensorType(DType::f32, {5, 1})},
+              [](Graph& g, const std::vector<Value*>& in) {
+                Value* a = op(g, "add", {in[3], in[0]});
+                Value* b = op(g, "mul", {a, in[1]});
+                Value* c = op(g, "sub", {b, in[2]}, attrs({{"alpha", 2.5}}));
+                Value* d = op(g, "maximum", {c, op(g, "neg", {in[4]})});
+                g.set_outputs({op(g, "div", {d, in[1]})});
+              }, 1);
+}
+
+// A long program over all supported instruction kinds, f32/bf16/f16, several
+// sizes (one element, partial tile, many tiles so that threads split them).
+class FusedKernelVsUnfused : public ::testing::TestWithParam<std::tuple<DType, int64_t>> {};
+
+TEST_P(FusedKernelVsUnfused, BitExact) {
+  auto [dt, n] = GetParam();
+  Build build = [dt](Graph& g, const std::vector<Value*>& in) {
+    Value* x = in[0];
+    Value* y = in[1];
+    Value* row = in[2];
+    Value* v = x;
+    for (const char* u : {"neg", "abs", "relu", "silu", "tanh", "sigmoid", "erf", "exp", "log", "log1p", "expm1",
+                          "rsqrt", "sqrt", "sin", "cos", "reciprocal", "floor", "ceil", "round", "trunc", "sign"})
+      v = op(g, "add", {op(g, u, {v}), y});
+    v = op(g, "leaky_relu", {v}, attrs({{"negative_slope", 0.2}}));
+    v = op(g, "gelu", {v});
+    v = op(g, "gelu", {v}, attrs({{"approximate", std::string("tanh")}}));
+    v = op(g, "clamp", {v}, attrs({{"min", -1.5}, {"max", int64_t{3}}}));
+    v = op(g, "mul", {v, row});
+    for (double e : {2.0, 3.0, 0.5, -1.0, -0.5, 1.7}) v = op(g, "add", {op(g, "pow_scalar", {v}, attrs({{"exponent", e}})), x});
+    v = op(g, "pow", {op(g, "abs", {v}), y});
+    v = op(g, "atan2", {v, x});
+    v = op(g, "div", {v, y}, attrs({{"rounding_mode", std::string("trunc")}}));
+    v = op(g, "div", {v, y});
+    v = op(g, "minimum", {v, x});
+    v = op(g, "add", {v, op(g, "mul", {x, y})}, attrs({{"alpha", 0.3}}));
+    Value* m = op(g, "gt", {v, y});
+    Value* m2 = op(g, "logical_or", {op(g, "isnan", {v}), op(g, "le", {x, row})});
+    Value* m3 = op(g, "logical_xor", {m, op(g, "logical_not", {m2})});
+    v = op(g, "where", {m3, v, op(g, "mul", {x, row})});
+    Value* f32v = op(g, "convert", {v}, attrs({{"dtype", DType::f32}}));
+    Value* hv = op(g, "convert", {op(g, "exp", {f32v})}, attrs({{"dtype", dt}}));
+    Value* bv = op(g, "convert", {hv}, attrs({{"dtype", DType::b8}}));
+    Value* back = op(g, "convert", {bv}, attrs({{"dtype", dt}}));
+    g.set_outputs({op(g, "add", {hv, back}), m3});
+    (void)dt;
+  };
+  Result r = expect_same({TensorType(dt, {n}), TensorType(dt, {n}), TensorType(dt, {1})}, build);
+  EXPECT_EQ(r.fused_nodes, 1) << r.graph;
+  EXPECT_EQ(r.nodes, 1) << r.graph;  // everything, multi-output included, is one node
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, FusedKernelVsUnfused,
+                         ::testing::Combine(::testing::Values(DType::f32, DType::bf16, DType::f16),
+                                            ::testing::Values(int64_t{1}, int64_t{300}, int64_t{20001})));
+
+TEST(FusedKernel, OpmathScalarWithBf16) {
+  // bf16 tensor times a 0-d float32 scalar (PyTorch's Python scalar): computed in f32, one rounding
+  expect_same({TensorType(DType::bf16, {1000}), TensorType(DType::f32, {})},
+              [](Graph& g, const std::vector<Value*>& in) {
+                Value* a = op(g, "mul", {in[0], in[1]});
+                Value* b = op(g, "add", {a, in[1]}, attrs({{"alpha", 3}}));
+                g.set_outputs({op(g, "sigmoid", {b})});
+              }, 1);
+}
+
+TEST(FusedKernel, NonContiguousBroadcastsAndZeroSize) {
+  expect_same({TensorType(DType::bf16, {3, 1, 5, 1}), TensorType(DType::bf16, {1, 4, 1, 6}),
+               TensorType(DType::b8, {3, 4, 1, 6})},
+              [](Graph& g, const std::vector<Value*>& in) {
+                Value* a = op(g, "mul", {in[0], in[1]});
+                Value* b = op(g, "where", {in[2], a, op(g, "neg", {a})});
+                g.set_outputs({op(g, "tanh", {b})});
+              }, 1);
+  expect_same({TensorType(DType::f32, {0, 5}), TensorType(DType::f32, {5})},
+              [](Graph& g, const std::vector<Value*>& in) {
+                g.set_outputs({op(g, "exp", {op(g, "add", {in[0], in[1]})})});
+              }, 1);
+}
+
+TEST(FusedKernel, InPlaceOverAnInputThatDies) {
+  // permute(x) is an intermediate buffer that dies at the fused node: the planner writes over it
+  Build build = [](Graph& g, const std::vector<Value*>& in) {
+    Value* p = op(g, "permute", {in[0]}, attrs({{"dims", std::vector<int64_t>{1, 0}}}));
+    Value* f = op(g, "sin", {op(g, "mul", {p, in[1]})});
+    g.set_outputs({op(g, "permute", {f}, attrs({{"dims", std::vector<int64_t>{1, 0}}}))});
+  };
+  std::vector<TensorType> types = {TensorType(DType::f32, {50, 100}), TensorType(DType::f32, {100, 50})};
+  expect_same(types, build, 1);
+  Graph g;
+  std::vector<Value*> ins = {g.add_input(types[0], "x"), g.add_input(types[1], "y")};
+  build(g, ins);
+  run_pipeline(g, PipelineOptions{});
+  auto prog = compile_program(g);
+  EXPECT_GE(prog->stats.inplace, 1) << g.str();
+}
+
+TEST(FusedKernel, MalformedProgramsThrowWithContext) {
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {4}), "x");
+  Attrs a = attrs({{"ops", std::vector<int64_t>{fe::kExp}},
+                   {"args", std::vector<int64_t>{5, -1, -1}},
+                   {"params", std::vector<double>{0, 0, 0}},
+                   {"outputs", std::vector<int64_t>{1}}});
+  try {
+    g.add_node("fused_elementwise", {x}, a, "bad");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("reads slot 5"), std::string::npos) << m;
+    EXPECT_NE(m.find("'bad'"), std::string::npos) << m;
+  }
+  Value* i = g.add_input(TensorType(DType::i64, {4}), "i");
+  a.set("args", std::vector<int64_t>{0, -1, -1});
+  EXPECT_THROW(g.add_node("fused_elementwise", {i}, a, "int"), Error);
+  Value* b = g.add_input(TensorType(DType::f32, {3}), "b");
+  try {
+    g.add_node("fused_elementwise", {x, b}, a, "shapes");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("do not broadcast"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ag
