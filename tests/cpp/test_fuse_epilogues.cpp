@@ -1,0 +1,359 @@
+// Tests of the fuse_epilogues pass and of the fused GEMM/conv kernels: what
+// fuses (activation chains, scalar/row/channel/full operands, batch_norm, a
+// separate bias add) and what must not (multi-use results, consumers that
+// change the shape, broadcasts the kernels cannot take, the GEMM as the right
+// operand of sub/div); fused results are compared with the same graph run with
+// the pass disabled and with a naive reference; bad post-op attributes throw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "ir/graph.h"
+#include "ir/op_registry.h"
+#include "kernels/common.h"
+#include "kernels/onednn_util.h"
+#include "passes/passes.h"
+#include "runtime/executor.h"
+
+namespace ag {
+namespace {
+
+std::vector<float> randn(int64_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Builds a graph with `build` and runs it; returns output 0 as f32.
+struct Built {
+  std::vector<float> out;
+  std::string text;                  // graph after the pipeline
+  std::vector<std::string> kernels;  // kernel names
+  const Node* first = nullptr;
+};
+
+struct Case {
+  std::vector<std::pair<TensorType, std::vector<float>>> inputs;  // graph inputs (f32 data, converted to dtype)
+  std::vector<std::pair<TensorType, std::vector<float>>> consts;
+  std::function<Value*(Graph&, const std::vector<Value*>& in, const std::vector<Value*>& c)> build;
+};
+
+std::shared_ptr<Storage> bytes_of(const TensorType& t, const std::vector<float>& v) {
+  auto s = Storage::allocate(t.nbytes());
+  if (t.dtype == DType::bf16)
+    for (size_t i = 0; i < v.size(); ++i) static_cast<uint16_t*>(s->data)[i] = f32_to_bf16(v[i]);
+  else
+    std::memcpy(s->data, v.data(), v.size() * 4);
+  return s;
+}
+
+Built run_case(const Case& cs, bool fuse, std::string* graph_text = nullptr) {
+  Graph g;
+  std::vector<Value*> in, cv;
+  std::vector<std::shared_ptr<Storage>> keep;
+  std::vector<void*> data;
+  for (size_t i = 0; i < cs.inputs.size(); ++i) {
+    in.push_back(g.add_input(cs.inputs[i].first, "x" + std::to_string(i)));
+    keep.push_back(bytes_of(cs.inputs[i].first, cs.inputs[i].second));
+    data.push_back(keep.back()->data);
+  }
+  for (size_t i = 0; i < cs.consts.size(); ++i)
+    cv.push_back(g.add_const(cs.consts[i].first, bytes_of(cs.consts[i].first, cs.consts[i].second),
+                             "c" + std::to_string(i)));
+  Value* out = cs.build(g, in, cv);
+  g.set_outputs({out});
+  PipelineOptions opt;
+  if (!fuse) opt.disabled.insert("fuse_epilogues");
+  run_pipeline(g, opt);
+  Built b;
+  b.text = g.str();
+  if (graph_text) *graph_text = b.text;
+  auto prog = compile_program(g);
+  for (auto& k : prog->kernels) b.kernels.push_back(k->name());
+  Executor ex(prog);
+  auto outs = ex.run(data);
+  int64_t n = outs[0].type.numel();
+  b.out.resize(n);
+  if (outs[0].type.dtype == DType::bf16)
+    for (int64_t i = 0; i < n; ++i) b.out[i] = bf16_to_f32(static_cast<const uint16_t*>(outs[0].data)[i]);
+  else
+    std::memcpy(b.out.data(), outs[0].data, n * 4);
+  return b;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << "at flat index " << i;
+}
+
+Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
+  Attrs a;
+  for (auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+float gelu_ref(float x) { return 0.5f * x * (1.0f + std::erf(x / std::sqrt(2.0f))); }
+
+// linear -> gelu -> mul(0-d const) -> add(residual input) -> relu: one node
+Case linear_chain(DType t, int64_t M, int64_t K, int64_t N) {
+  Case c;
+  c.inputs = {{TensorType(t, {M, K}), randn(M * K, 1)}, {TensorType(t, {M, N}), randn(M * N, 2)}};
+  c.consts = {{TensorType(t, {N, K}), randn(N * K, 3)}, {TensorType(t, {N}), randn(N, 4)},
+              {TensorType(DType::f32, {}), {0.5f}}};
+  c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+    Value* y = g.add_node("linear", {in[0], cv[0], cv[1]}, {}, "fc")->out();
+    y = g.add_node("gelu", {y}, {}, "act")->out();
+    y = g.add_node("mul", {y, cv[2]}, {}, "scale")->out();
+    y = g.add_node("add", {in[1], y}, {}, "resid")->out();
+    return g.add_node("relu", {y}, {}, "out_relu")->out();
+  };
+  return c;
+}
+
+std::vector<float> linear_chain_ref(const Case& c, int64_t M, int64_t K, int64_t N) {
+  const auto &x = c.inputs[0].second, &r = c.inputs[1].second, &w = c.consts[0].second, &b = c.consts[1].second;
+  std::vector<float> y(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = b[n];
+      for (int64_t k = 0; k < K; ++k) s += double(x[m * K + k]) * w[n * K + k];
+      float v = gelu_ref(static_cast<float>(s)) * 0.5f + r[m * N + n];
+      y[m * N + n] = v > 0 ? v : 0;
+    }
+  return y;
+}
+
+TEST(FuseEpilogues, LinearChainFusesIntoOneNode) {
+  for (int64_t M : {1, 3, 37}) {  // M = 1 and 3 take the GEMV path
+    Case c = linear_chain(DType::f32, M, 40, 24);
+    Built f = run_case(c, true), u = run_case(c, false);
+    ASSERT_EQ(f.kernels.size(), 1u) << f.text;
+    EXPECT_EQ(count(f.text, "= linear("), 1) << f.text;
+    EXPECT_NE(f.text.find("fused=\"act,scale,resid,out_relu\""), std::string::npos) << f.text;
+    EXPECT_GT(u.kernels.size(), 1u);  // (fuse_elementwise may still merge the unfused ops)
+    expect_near(f.out, u.out, 1e-5f, 1e-5f);
+    expect_near(f.out, linear_chain_ref(c, M, 40, 24), 1e-4f, 1e-4f);
+    if (M <= 3) EXPECT_EQ(f.kernels[0].rfind("gemv", 0), 0u) << f.kernels[0];
+  }
+}
+
+TEST(FuseEpilogues, LinearChainBf16) {
+  for (int64_t M : {1, 9}) {
+    Case c = linear_chain(DType::bf16, M, 64, 32);
+    // inputs as the bf16 values they become
+    for (auto* v : {&c.inputs[0].second, &c.inputs[1].second, &c.consts[0].second, &c.consts[1].second})
+      for (auto& x : *v) x = bf16_to_f32(f32_to_bf16(x));
+    Built f = run_case(c, true), u = run_case(c, false);
+    ASSERT_EQ(f.kernels.size(), 1u) << f.text;
+    // one rounding instead of four: within a couple of bf16 ulps of the unfused result
+    expect_near(f.out, u.out, 3e-2f, 2e-2f);
+    expect_near(f.out, linear_chain_ref(c, M, 64, 32), 2e-2f, 1e-2f);
+  }
+}
+
+TEST(FuseEpilogues, MultiUseResultIsNotFused) {
+  Case c;
+  c.inputs = {{TensorType(DType::f32, {4, 8}), randn(32, 1)}};
+  c.consts = {{TensorType(DType::f32, {6, 8}), randn(48, 2)}};
+  c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+    Value* y = g.add_node("linear", {in[0], cv[0]}, {}, "fc")->out();
+    Value* a = g.add_node("relu", {y}, {}, "r")->out();
+    return g.add_node("add", {a, y}, {}, "both")->out();  // y used twice
+  };
+  Built f = run_case(c, true), u = run_case(c, false);
+  EXPECT_EQ(f.text.find("post_ops"), std::string::npos) << f.text;
+  expect_near(f.out, u.out, 0, 0);
+}
+
+TEST(FuseEpilogues, ShapeChangingAndUnsupportedBroadcastsAreNotFused) {
+  // add with [2, 4, 6] (broadcasts the [4, 6] result up), with [4, 1] (per row:
+  // not a post-op the GEMM takes), sub with the GEMM on the right, div with a
+  // rounding mode, add with alpha
+  std::vector<std::pair<const char*, std::function<Value*(Graph&, Value*, const std::vector<Value*>&)>>> cases = {
+      {"grow", [](Graph& g, Value* y, const std::vector<Value*>& in) { return g.add_node("add", {y, in[1]}, {})->out(); }},
+      {"row", [](Graph& g, Value* y, const std::vector<Value*>& in) { return g.add_node("add", {y, in[2]}, {})->out(); }},
+      {"rsub", [](Graph& g, Value* y, const std::vector<Value*>& in) { return g.add_node("sub", {in[3], y}, {})->out(); }},
+      {"floordiv", [](Graph& g, Value* y, const std::vector<Value*>& in) {
+         return g.add_node("div", {y, in[3]}, attrs({{"rounding_mode", std::string("floor")}}))->out();
+       }},
+      {"alpha", [](Graph& g, Value* y, const std::vector<Value*>& in) {
+         return g.add_node("add", {y, in[3]}, attrs({{"alpha", 2.0}}))->out();
+       }},
+  };
+  for (auto& [name, f] : cases) {
+    Case c;
+    c.inputs = {{TensorType(DType::f32, {4, 8}), randn(32, 1)},
+                {TensorType(DType::f32, {2, 4, 6}), randn(48, 2)},
+                {TensorType(DType::f32, {4, 1}), randn(4, 3)},
+                {TensorType(DType::f32, {4, 6}), randn(24, 4)}};
+    c.consts = {{TensorType(DType::f32, {6, 8}), randn(48, 5)}, {TensorType(DType::f32, {6}), randn(6, 6)}};
+    auto fn = f;
+    c.build = [fn](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+      return fn(g, g.add_node("linear", {in[0], cv[0], cv[1]}, {}, "fc")->out(), in);
+    };
+    Built fu = run_case(c, true), un = run_case(c, false);
+    EXPECT_EQ(fu.text.find("post_ops"), std::string::npos) << name << "\n" << fu.text;
+    EXPECT_EQ(fu.kernels.size(), 2u) << name;
+    expect_near(fu.out, un.out, 0, 0);
+  }
+}
+
+TEST(FuseEpilogues, SeparateBiasAddBecomesTheBias) {
+  Case c;
+  c.inputs = {{TensorType(DType::f32, {5, 8}), randn(40, 1)}, {TensorType(DType::f32, {6}), randn(6, 2)}};
+  c.consts = {{TensorType(DType::f32, {8, 6}), randn(48, 3)}};
+  c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+    Value* y = g.add_node("matmul", {in[0], cv[0]}, {}, "mm")->out();
+    y = g.add_node("add", {y, in[1]}, {}, "bias")->out();
+    return g.add_node("tanh", {y}, {}, "t")->out();
+  };
+  Built f = run_case(c, true), u = run_case(c, false);
+  EXPECT_NE(f.text.find("= matmul(%x0, %c0, %x1) {"), std::string::npos) << f.text;
+  EXPECT_NE(f.text.find("post_ops=[5]"), std::string::npos) << f.text;
+  expect_near(f.out, u.out, 1e-6f, 1e-5f);
+}
+
+// conv -> batch_norm -> add(residual) -> relu (ResNet basic block tail), f32 and bf16
+TEST(FuseEpilogues, ConvBatchNormResidualRelu) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const int64_t N = 2, C = 16, H = 7, W = 9;
+    Case c;
+    c.inputs = {{TensorType(t, {N, C, H, W}), randn(N * C * H * W, 1)}};
+    std::vector<float> var = randn(C, 5);
+    for (auto& v : var) v = std::fabs(v) + 0.5f;
+    c.consts = {{TensorType(t, {C, C, 3, 3}), randn(C * C * 9, 2)}, {TensorType(DType::f32, {C}), randn(C, 3)},
+                {TensorType(DType::f32, {C}), var}, {TensorType(DType::f32, {C}), randn(C, 6)},
+                {TensorType(DType::f32, {C}), randn(C, 7)}};
+    if (t == DType::bf16)
+      for (auto& x : c.inputs[0].second) x = bf16_to_f32(f32_to_bf16(x));
+    c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+      Value* y = g.add_node("conv", {in[0], cv[0]}, attrs({{"padding", Shape{1, 1}}}), "conv1")->out();
+      y = g.add_node("batch_norm", {y, cv[1], cv[2], cv[3], cv[4]},
+                     attrs({{"eps", 1e-5}, {"has_weight", true}, {"has_bias", true}}), "bn1")
+              ->out();
+      y = g.add_node("add", {y, in[0]}, {}, "add1")->out();
+      return g.add_node("relu", {y}, {}, "relu1")->out();
+    };
+    Built f = run_case(c, true), u = run_case(c, false);
+    ASSERT_EQ(f.kernels.size(), 1u) << f.text;
+    EXPECT_NE(f.text.find("fused=\"bn1,add1,relu1\""), std::string::npos) << f.text;
+    if (t == DType::f32) expect_near(f.out, u.out, 1e-4f, 1e-5f);
+    else expect_near(f.out, u.out, 6e-2f, 2e-2f);
+  }
+}
+
+TEST(FuseEpilogues, ConvChannelScaleClampAndSigmoid) {
+  const int64_t N = 1, C = 8, H = 5, W = 5;
+  Case c;
+  c.inputs = {{TensorType(DType::f32, {N, 3, H, W}), randn(3 * H * W, 1)}, {TensorType(DType::f32, {C, 1, 1}), randn(C, 2)}};
+  c.consts = {{TensorType(DType::f32, {C, 3, 3, 3}), randn(C * 27, 3)}, {TensorType(DType::f32, {C}), randn(C, 4)}};
+  c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+    Value* y = g.add_node("conv", {in[0], cv[0], cv[1]}, attrs({{"padding", Shape{1, 1}}}), "conv")->out();
+    y = g.add_node("mul", {in[1], y}, {}, "chscale")->out();
+    y = g.add_node("clamp", {y}, attrs({{"min", -0.5}, {"max", int64_t{1}}}), "clip")->out();
+    y = g.add_node("sigmoid", {y}, {}, "sig")->out();
+    return g.add_node("silu", {y}, {}, "sl")->out();
+  };
+  Built f = run_case(c, true), u = run_case(c, false);
+  ASSERT_EQ(f.kernels.size(), 1u) << f.text;
+  expect_near(f.out, u.out, 1e-5f, 1e-5f);
+}
+
+TEST(FuseEpilogues, SwiGluGateProduct) {
+  // silu(x @ w1^T) * (x @ w2^T), the product taken by the first GEMM (moved after the second)
+  for (int64_t M : {1, 6}) {
+    Case c;
+    c.inputs = {{TensorType(DType::f32, {M, 32}), randn(M * 32, 1)}};
+    c.consts = {{TensorType(DType::f32, {48, 32}), randn(48 * 32, 2)}, {TensorType(DType::f32, {48, 32}), randn(48 * 32, 3)}};
+    c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+      Value* a = g.add_node("linear", {in[0], cv[0]}, {}, "gate")->out();
+      a = g.add_node("silu", {a}, {}, "act")->out();
+      Value* b = g.add_node("linear", {in[0], cv[1]}, {}, "up")->out();
+      return g.add_node("mul", {a, b}, {}, "prod")->out();
+    };
+    Built f = run_case(c, true), u = run_case(c, false);
+    EXPECT_EQ(f.kernels.size(), 2u) << f.text;
+    EXPECT_EQ(count(f.text, "silu("), 0) << f.text;
+    EXPECT_EQ(count(f.text, "mul("), 0) << f.text;
+    expect_near(f.out, u.out, 1e-5f, 1e-5f);
+  }
+}
+
+TEST(FuseEpilogues, ThroughReshapeKeepingLastDim) {
+  // linear on [6, 16] viewed as [2, 3, 8] before gelu and a residual add of a [2, 3, 8] input
+  Case c;
+  c.inputs = {{TensorType(DType::f32, {6, 16}), randn(96, 1)}, {TensorType(DType::f32, {2, 3, 8}), randn(48, 2)}};
+  c.consts = {{TensorType(DType::f32, {8, 16}), randn(128, 3)}, {TensorType(DType::f32, {8}), randn(8, 4)}};
+  c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+    Value* y = g.add_node("linear", {in[0], cv[0]}, {}, "fc")->out();
+    y = g.add_node("reshape", {y}, attrs({{"shape", Shape{2, 3, 8}}}), "view")->out();
+    y = g.add_node("gelu", {y}, attrs({{"approximate", std::string("tanh")}}), "act")->out();
+    y = g.add_node("add", {y, in[1]}, {}, "res")->out();
+    return g.add_node("add", {y, cv[1]}, {}, "shift")->out();  // [8]: a row operand
+  };
+  Built f = run_case(c, true), u = run_case(c, false);
+  EXPECT_NE(f.text.find("fused=\"act,res,shift\""), std::string::npos) << f.text;
+  expect_near(f.out, u.out, 1e-5f, 1e-5f);
+}
+
+TEST(FuseEpilogues, ZeroSizeAndZeroK) {
+  // K = 0: the result is bias + epilogue; M = 0: nothing to do
+  for (int64_t M : {0, 3}) {
+    for (int64_t K : {0, 4}) {
+      Case c;
+      c.inputs = {{TensorType(DType::f32, {M, K}), randn(M * K, 1)}, {TensorType(DType::f32, {M, 5}), randn(M * 5, 2)}};
+      c.consts = {{TensorType(DType::f32, {5, K}), randn(5 * K, 3)}, {TensorType(DType::f32, {5}), randn(5, 4)}};
+      c.build = [](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
+        Value* y = g.add_node("linear", {in[0], cv[0], cv[1]}, {}, "fc")->out();
+        y = g.add_node("sub", {y, in[1]}, {}, "d")->out();
+        return g.add_node("relu", {y}, {}, "r")->out();
+      };
+      Built f = run_case(c, true), u = run_case(c, false);
+      EXPECT_NE(f.text.find("post_ops"), std::string::npos);
+      expect_near(f.out, u.out, 1e-6f, 1e-5f);
+    }
+  }
+}
+
+TEST(FuseEpilogues, BadPostOpAttributesThrow) {
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {4, 8}), "x");
+  Value* w = g.add_input(TensorType(DType::f32, {6, 8}), "w");
+  Value* r = g.add_input(TensorType(DType::f32, {4, 1}), "r");
+  Value* h = g.add_input(TensorType(DType::bf16, {4, 6}), "h");
+  auto expect_error = [](const std::function<void()>& f, const std::string& msg) {
+    try {
+      f();
+      FAIL() << "no error, expected: " << msg;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
+    }
+  };
+  Attrs a = attrs({{"post_ops", std::vector<int64_t>{epi::kAdd}}, {"post_args", std::vector<double>{0, 0}},
+                   {"post_inputs", int64_t{1}}});
+  expect_error([&] { g.add_node("linear", {x, w, r}, a, "bad_bcast"); }, "does not fit the output");
+  expect_error([&] { g.add_node("linear", {x, w, h}, a, "bad_dtype"); }, "must have the output dtype");
+  Attrs b = attrs({{"post_ops", std::vector<int64_t>{epi::kRelu}}, {"post_args", std::vector<double>{0}}});
+  expect_error([&] { g.add_node("linear", {x, w}, b, "bad_args"); }, "2 values per post-op");
+  Attrs c = attrs({{"post_ops", std::vector<int64_t>{99}}, {"post_args", std::vector<double>{0, 0}}});
+  expect_error([&] { g.add_node("linear", {x, w}, c, "bad_code"); }, "unknown post-op code 99");
+  Value* full = g.add_input(TensorType(DType::f32, {4, 6}), "full");
+  Attrs d = attrs({{"post_ops", std::vector<int64_t>{epi::kAdd, epi::kMul}},
+                   {"post_args", std::vector<double>{0, 0, 0, 0}}, {"post_inputs", int64_t{1}}});
+  expect_error([&] { g.add_node("linear", {x, w, full}, d, "no_operand"); }, "post-op mul has no operand");
+}
+
+}  // namespace
+}  // namespace ag

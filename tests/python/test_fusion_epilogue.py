@@ -1,0 +1,212 @@
+"""Epilogue fusion (fuse_epilogues pass): GEMM/conv + bias/activation/residual
+patterns compiled with airgraph against eager PyTorch, in float32 and
+bfloat16; the same with the pass disabled must agree; and the compiled graph
+must show that the fusion happened (no separate activation node left)."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import airgraph
+from conftest import assert_close, check, compile_native
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def graph_text(model, *inputs, **cfg):
+    rep = airgraph.explain(model, *inputs, config=airgraph.CompilerConfig(fallback=False, **cfg))
+    return rep.reports[0].graphs[0].graph_text
+
+
+def check_fused(model, *inputs, absent=(), present=(), atol=None, rtol=None):
+    """Fused vs eager, unfused vs eager, fused vs unfused; then graph assertions."""
+    with torch.no_grad():
+        want = model(*inputs)
+        got = compile_native(model)(*inputs)
+        unfused = compile_native(model, disable_passes=["fuse_epilogues"])(*inputs)
+    assert_close(got, want, atol, rtol, msg="fused vs eager")
+    assert_close(unfused, want, atol, rtol, msg="unfused vs eager")
+    assert_close(got, unfused, atol, rtol, msg="fused vs unfused")
+    text = graph_text(model, *inputs)
+    for a in absent:
+        assert f"= {a}(" not in text, f"{a} node left unfused:\n{text}"
+    for p in present:
+        assert p in text, f"{p!r} not in\n{text}"
+    return text
+
+
+class LinearAct(nn.Module):
+    def __init__(self, k, n, act):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+ACTS = {
+    "relu": (nn.ReLU(), "relu"),
+    "gelu": (nn.GELU(), "gelu"),
+    "gelu_tanh": (nn.GELU(approximate="tanh"), "gelu"),
+    "silu": (nn.SiLU(), "silu"),
+    "tanh": (nn.Tanh(), "tanh"),
+    "sigmoid": (nn.Sigmoid(), "sigmoid"),
+    "hardtanh": (nn.Hardtanh(-0.5, 0.75), "clamp"),
+    "leaky_relu": (nn.LeakyReLU(0.2), "leaky_relu"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("xshape", [(1, 48), (2, 5, 48)])  # GEMV path, oneDNN path
+def test_linear_activation(dtype, act, xshape):
+    torch.manual_seed(0)
+    mod, op = ACTS[act]
+    m = LinearAct(48, 40, mod).to(dtype)
+    check_fused(m, torch.randn(*xshape, dtype=dtype), absent=[op], present=["post_ops="])
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.gate = nn.Linear(d, h, bias=False)
+        self.up = nn.Linear(d, h, bias=False)
+        self.down = nn.Linear(h, d, bias=False)
+
+    def forward(self, x):
+        return x + self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("xshape", [(1, 32), (2, 3, 32)])
+def test_swiglu_ffn_with_residual(dtype, xshape):
+    torch.manual_seed(0)
+    m = SwiGLU(32, 64).to(dtype)
+    check_fused(m, torch.randn(*xshape, dtype=dtype), absent=["silu", "mul", "add"])
+
+
+class GeluFFN(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(x))) * 0.5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_ffn_scaled_residual(dtype):
+    torch.manual_seed(0)
+    m = GeluFFN(32, 96).to(dtype)
+    check_fused(m, torch.randn(2, 7, 32, dtype=dtype), absent=["gelu", "mul", "add"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_bias_add_and_division(dtype):
+    def f(x, w, b, r):
+        return torch.sigmoid((x @ w + b) / 4.0 - r)
+    x, w = torch.randn(6, 16, dtype=dtype), torch.randn(16, 12, dtype=dtype)
+    b, r = torch.randn(12, dtype=dtype), torch.randn(6, 12, dtype=dtype)
+    check_fused(f, x, w, b, r, absent=["sigmoid", "div", "sub", "add"])
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: conv-bn-relu, conv-bn, + identity, relu."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.c2, self.b2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        for bn in (self.b1, self.b2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        return F.relu(self.b2(self.c2(y)) + x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 8, 6, 6), (2, 16, 9, 7)])
+def test_resnet_basic_block(dtype, shape):
+    torch.manual_seed(0)
+    m = BasicBlock(shape[1]).eval().to(dtype)
+    text = check_fused(m, torch.randn(*shape, dtype=dtype), absent=["batch_norm", "relu", "add"])
+    assert text.count("= conv(") == 2
+
+
+class ConvAddRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+        self.proj = nn.Conv2d(4, 8, 1)
+
+    def forward(self, x):
+        return F.relu6(self.conv(x) + self.proj(x)) * 2.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_plus_conv_relu6(dtype):
+    torch.manual_seed(0)
+    m = ConvAddRelu().to(dtype)
+    check_fused(m, torch.randn(2, 4, 10, 10, dtype=dtype), absent=["add", "clamp", "mul"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv1d_channel_scale(dtype):
+    conv = nn.Conv1d(3, 6, 3).to(dtype)
+    s = torch.randn(6, 1, dtype=dtype)
+
+    def f(x):
+        return torch.tanh(conv(x) * s)
+    check_fused(f, torch.randn(2, 3, 11, dtype=dtype), absent=["tanh", "mul"])
+
+
+def test_not_fused_multi_use_and_broadcasting():
+    lin = nn.Linear(16, 8)
+
+    def multi(x):
+        y = lin(x)
+        return torch.relu(y), y  # the GEMM result is also an output
+
+    def grow(x, r):
+        return lin(x) + r  # [3, 8] + [2, 3, 8]: the add changes the shape
+
+    def per_row(x, r):
+        return lin(x) * r  # [3, 8] * [3, 1]: a broadcast the GEMM epilogue does not take
+    x = torch.randn(3, 16)
+    t = check_fused(multi, x, present=["= relu("])
+    assert "post_ops" not in t
+    t = check_fused(grow, x, torch.randn(2, 3, 8), present=["= add("])
+    assert "post_ops" not in t
+    t = check_fused(per_row, x, torch.randn(3, 1), present=["= mul("])
+    assert "post_ops" not in t
+
+
+def test_noncontiguous_and_zero_size():
+    lin = nn.Linear(16, 8)
+    check(lambda x, r: F.gelu(lin(x)) + r, torch.randn(16, 6).t(), torch.randn(8, 12)[:, ::2].t())
+    check(lambda x, r: F.gelu(lin(x)) + r, torch.randn(0, 16), torch.randn(0, 8))
+
+
+def test_fused_names_kept_for_debugging():
+    m = LinearAct(16, 8, nn.GELU())
+    text = graph_text(m, torch.randn(2, 16))
+    assert 'fused="gelu"' in text
+
+
+def test_fallback_with_default_config():
+    # an op the engine does not lower (cummax) between GEMMs: default config falls back, result equals eager
+    lin = nn.Linear(8, 8)
+
+    def f(x):
+        y = torch.relu(lin(x))
+        return torch.cummax(y, dim=1).values + lin(y)
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="airgraph", dynamic=False)(x)
+    with torch.no_grad():
+        assert_close(got, f(x))
