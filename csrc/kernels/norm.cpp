@@ -4,6 +4,9 @@
 //   batch_norm(x, mean, var, weight?, bias?){eps, has_weight, has_bias}  (inference,
 //     channel dim 1, rank 2..5)
 // Parameters have the input's dtype or float32 (a bf16 model with f32 norm weights).
+// FP ops never trap here: lets GCC if-convert and vectorize the NaN-aware selects
+// and the vectorized exp (results are unchanged; this is not -ffast-math).
+#pragma GCC optimize("no-trapping-math")
 #include "kernels/reduce_util.h"
 
 namespace ag {

@@ -5,6 +5,9 @@
 //   avg_pool2d{kernel, stride, padding, ceil_mode, count_include_pad, divisor_override (0 = none)}
 //   adaptive_avg_pool2d{output_size}
 // Computation in float (double for f64). Parallel over channel planes.
+// FP ops never trap here: lets GCC if-convert and vectorize the NaN-aware selects
+// and the vectorized exp (results are unchanged; this is not -ffast-math).
+#pragma GCC optimize("no-trapping-math")
 #include "kernels/reduce_util.h"
 
 namespace ag {

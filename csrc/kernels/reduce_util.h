@@ -99,13 +99,15 @@ inline void split_at_dim(const Shape& s, int64_t dim, int64_t& O, int64_t& R, in
 // Grain (in units of items costing `work` elements each) so each chunk does ~32K elements.
 inline int64_t grain_for(int64_t work) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(work, 1)); }
 
-// exp for float that GCC vectorizes (Cephes polynomial, ~1 ulp). NaN propagates,
-// large arguments saturate to inf, very negative ones flush to 0.
+// exp for float that GCC vectorizes inside `#pragma omp simd` loops (Cephes
+// polynomial, ~1 ulp). NaN propagates, large arguments saturate to inf, very
+// negative ones flush to 0 (no denormal results).
 inline float vexp(float x) {
   const float hi = 88.72283935546875f, lo = -87.33654022216797f;
-  bool over = x > hi, under = x < lo;
-  float xc = std::min(std::max(x, lo), hi);
-  float fx = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;  // NaN passes through both clamps
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  float fx = (xc * 1.44269504088896341f + magic) - magic;
   float g = xc - fx * 0.693359375f;
   g = g - fx * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -116,16 +118,13 @@ inline float vexp(float x) {
   p = p * g + 5.0000001201e-1f;
   p = p * g * g + g + 1.0f;
   int32_t n = static_cast<int32_t>(fx);
-  // 2^n, split in two factors so n = 128 (x near hi) does not overflow the exponent.
+  // 2^n as two factors so that n = 128 (x near hi) does not overflow the exponent
   int32_t n1 = n >> 1, n2 = n - n1;
-  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
-  float s1, s2;
-  std::memcpy(&s1, &b1, 4);
-  std::memcpy(&s2, &b2, 4);
+  float s1 = __builtin_bit_cast(float, (n1 + 127) << 23), s2 = __builtin_bit_cast(float, (n2 + 127) << 23);
   float r = p * s1 * s2;
-  r = over ? std::numeric_limits<float>::infinity() : r;
-  r = under ? 0.0f : r;
-  return x != x ? x : r;
+  r = x > hi ? std::numeric_limits<float>::infinity() : r;
+  r = x < lo ? 0.0f : r;
+  return r;
 }
 inline double vexp(double x) { return std::exp(x); }
 

@@ -1,13 +1,17 @@
 // softmax / log_softmax {dim}: numerically stable (subtract the max), computed
 // in float for bf16/f16 (double for f64), with a vectorized exp. The last dim is
 // a row loop; another dim works on tiles of the kept inner dim.
+// FP ops never trap here: lets GCC if-convert and vectorize the NaN-aware selects
+// and the vectorized exp (results are unchanged; this is not -ffast-math).
+#pragma GCC optimize("no-trapping-math")
 #include "kernels/reduce_util.h"
 
 namespace ag {
 namespace {
 
-constexpr int kLanes = 8;
+constexpr int kLanes = 32;
 constexpr int kTile = 64;
+constexpr int64_t kBuf = 4096;  // row buffer (floats) of the 16-bit softmax
 
 std::vector<TensorType> infer_softmax(const std::vector<TensorType>& in, const Attrs& a) {
   AG_CHECK(is_floating(in[0].dtype), "softmax: input must be floating, got ", in[0].str());
@@ -26,11 +30,26 @@ void softmax_rows(int64_t O, int64_t R, const T* x, T* y) {
       for (int j = 0; j < kLanes; ++j) ml[j] = -std::numeric_limits<A>::infinity();
       int64_t i = 0;
       for (; i + kLanes <= R; i += kLanes)
+#pragma omp simd
         for (int j = 0; j < kLanes; ++j) ml[j] = std::max(ml[j], load(p[i + j]));
       A m = -std::numeric_limits<A>::infinity();
       for (int j = 0; j < kLanes; ++j) m = std::max(m, ml[j]);
       for (; i < R; ++i) m = std::max(m, load(p[i]));
       A s = 0;
+      if constexpr (!kLog && !std::is_same_v<T, A>) {
+        if (R <= kBuf) {  // bf16/f16: keep the float exponentials in a row buffer
+          A buf[kBuf];
+#pragma omp simd reduction(+ : s)
+          for (int64_t k = 0; k < R; ++k) {
+            buf[k] = vexp(load(p[k]) - m);
+            s += buf[k];
+          }
+          const A inv = A(1) / s;
+#pragma omp simd
+          for (int64_t k = 0; k < R; ++k) store(q[k], buf[k] * inv);
+          continue;
+        }
+      }
       if constexpr (!kLog && std::is_same_v<T, A>) {
         // f32/f64: store the exponentials, then scale them
 #pragma omp simd reduction(+ : s)
@@ -47,9 +66,11 @@ void softmax_rows(int64_t O, int64_t R, const T* x, T* y) {
         for (int64_t k = 0; k < R; ++k) s += vexp(load(p[k]) - m);
         if constexpr (kLog) {
           const A ls = std::log(s);
+#pragma omp simd
           for (int64_t k = 0; k < R; ++k) store(q[k], load(p[k]) - m - ls);
-        } else {
+        } else {  // 16-bit rows longer than the buffer: exp again
           const A inv = A(1) / s;
+#pragma omp simd
           for (int64_t k = 0; k < R; ++k) store(q[k], vexp(load(p[k]) - m) * inv);
         }
       }
@@ -66,18 +87,25 @@ void softmax_outer(int64_t O, int64_t R, int64_t I, const T* x, T* y) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t o = t / ntile, i0 = (t % ntile) * kTile, w = std::min<int64_t>(kTile, I - i0);
       const int64_t base = o * R * I + i0;
+      #pragma omp simd
       for (int64_t j = 0; j < w; ++j) m[j] = -std::numeric_limits<A>::infinity(), s[j] = 0;
       for (int64_t r = 0; r < R; ++r)
+        #pragma omp simd
         for (int64_t j = 0; j < w; ++j) m[j] = std::max(m[j], load(x[base + r * I + j]));
       for (int64_t r = 0; r < R; ++r)
+        #pragma omp simd
         for (int64_t j = 0; j < w; ++j) s[j] += vexp(load(x[base + r * I + j]) - m[j]);
       if constexpr (kLog) {
+        #pragma omp simd
         for (int64_t j = 0; j < w; ++j) s[j] = m[j] + std::log(s[j]);
         for (int64_t r = 0; r < R; ++r)
+          #pragma omp simd
           for (int64_t j = 0; j < w; ++j) store(y[base + r * I + j], load(x[base + r * I + j]) - s[j]);
       } else {
+        #pragma omp simd
         for (int64_t j = 0; j < w; ++j) s[j] = A(1) / s[j];
         for (int64_t r = 0; r < R; ++r)
+          #pragma omp simd
           for (int64_t j = 0; j < w; ++j)
             store(y[base + r * I + j], vexp(load(x[base + r * I + j]) - m[j]) * s[j]);
       }

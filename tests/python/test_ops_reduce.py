@@ -185,9 +185,11 @@ def test_softmax_extremes():
     check(lambda x: (F.softmax(x, 1), F.log_softmax(x, 1)), big)
 
 
-def test_softmax_dtype_kwarg():
+def test_softmax_dtype_kwarg_and_long_rows():
     x = rand(4, 16, dtype=torch.bfloat16)
     check(lambda x: F.softmax(x, -1, dtype=torch.float32), x)
+    # 16-bit rows longer than the kernel's float row buffer
+    check(lambda x: (F.softmax(x, -1), F.log_softmax(x, -1)), rand(3, 5000, dtype=torch.bfloat16) * 3)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [torch.int32, torch.int64, torch.bool])
