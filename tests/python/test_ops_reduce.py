@@ -135,6 +135,8 @@ def test_any_all(dtype):
     x[1] = 1
     x[2] = 0
     check(lambda x: (x.any(), x.all(), x.any(1), x.all(-1, keepdim=True), x.any((0, 2)), x.all((1, 2))), x)
+    # an explicit empty dim list reduces nothing for any/all (but everything for sum)
+    check(lambda x: (torch.any(x, dim=()), torch.all(x, dim=()), torch.sum(x, dim=())), x)
 
 
 def test_any_all_float_special_values():
