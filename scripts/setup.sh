@@ -26,14 +26,20 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# pip, without the local index's location warnings; fails when pip fails
+qpip() {
+  pip "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  return "${PIPESTATUS[0]}"
+}
 
 if ! python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
   echo "== pip install torch==2.13.0 (CPU)"
-  pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+  qpip install -q torch==2.13.0
 fi
 echo "== pip install build and test dependencies"
-pip install -q -r requirements-dev.txt 2>&1 | grep -v "^WARNING: Location" || true
+qpip install -q -r requirements-dev.txt
 
-echo "== building and installing airgraph"
-pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v "^WARNING: Location" || true
+echo "== building and installing airgraph (C++ core, extension and GoogleTest binary in build/cp*)"
+export CCACHE_BASEDIR="$ROOT"
+qpip install -q --no-build-isolation --no-deps -C cmake.define.AIRGRAPH_BUILD_TESTS=ON .
 python -c "import airgraph, torch; print('airgraph', airgraph.__version__, 'ready:', len(airgraph.ops()), 'engine ops; torch', torch.__version__)"
