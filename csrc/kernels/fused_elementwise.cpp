@@ -262,9 +262,16 @@ class FusedKernel final : public Kernel {
       }
       return nbuf++;
     };
+    // one-element inputs are values; only a where reads them as (splatted) tiles
+    std::vector<char> splat(nin_, 0);
+    for (int i = 0; i < k; ++i)
+      if (p.ops[i] == kWhere)
+        for (int j = 0; j < 3; ++j)
+          if (p.args[kArgs * i + j] < nin_) splat[p.args[kArgs * i + j]] = 1;
     for (int i = 0; i < nin_; ++i) {
       if (ins_[i].kind == kFull && ins_[i].dt == DType::f32) continue;  // read in place
       if (last[i] < 0) continue;
+      if (ins_[i].kind == kScalar && !splat[i]) continue;
       slot_buf_[i] = take();  // scalar buffers are never released (filled once per run of tiles)
     }
     auto release = [&](int s, int i) {
@@ -280,6 +287,10 @@ class FusedKernel final : public Kernel {
       op.a = static_cast<int>(p.args[kArgs * i]);
       op.b = static_cast<int>(p.args[kArgs * i + 1]);
       op.c = static_cast<int>(p.args[kArgs * i + 2]);
+      if (op.code != kWhere && arity(op.code) == 2) {
+        op.sa = op.a < nin_ && ins_[op.a].kind == kScalar;
+        op.sb = op.b < nin_ && ins_[op.b].kind == kScalar;
+      }
       const double* pp = &p.params[kParams * i];
       const DType rt = p.slot_dtype[nin_ + i];
       op.round = rt == DType::bf16 ? 1 : rt == DType::f16 ? 2 : 0;
@@ -303,6 +314,7 @@ class FusedKernel final : public Kernel {
     mem_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(64, floats * sizeof(float)))));
     AG_CHECK(mem_ != nullptr, "fused_elementwise: out of memory for scratch");
     ptrs_.assign(static_cast<size_t>(nslots) * nsets_, nullptr);
+    vals_.assign(static_cast<size_t>(nin_) * nsets_, 0.0f);
     nslots_ = nslots;
     name_ = "fused_elementwise_" + std::to_string(k) + "ops";
   }
@@ -336,6 +348,7 @@ class FusedKernel final : public Kernel {
   struct Op {
     int64_t code = 0;
     int a = -1, b = -1, c = -1, dst = -1;
+    bool sa = false, sb = false;  // binary operand is a one-element input (read as a value, not a tile)
     int round = 0;  // 1 bf16, 2 f16
     int mode = 0;
     bool has_lo = false, has_hi = false;
@@ -397,9 +410,11 @@ class FusedKernel final : public Kernel {
     float* base = mem_.get() + static_cast<size_t>(set) * nbuf_ * kTile;
     const float** sp = ptrs_.data() + static_cast<size_t>(set) * nslots_;
     for (int s = 0; s < nslots_; ++s) sp[s] = slot_buf_[s] >= 0 ? base + slot_buf_[s] * kTile : nullptr;
+    float* sv = vals_.data() + static_cast<size_t>(set) * nin_;
     for (int i = 0; i < nin_; ++i)
-      if (ins_[i].kind == kScalar && slot_buf_[i] >= 0) {
-        const float v = scalar(i, in[i]);
+      if (ins_[i].kind == kScalar) {
+        const float v = sv[i] = scalar(i, in[i]);
+        if (slot_buf_[i] < 0) continue;
         float* d = base + slot_buf_[i] * kTile;
         for (int64_t e = 0; e < kTile; ++e) d[e] = v;
       }
@@ -413,7 +428,7 @@ class FusedKernel final : public Kernel {
         }
         load(i, in[i], b, n, base + slot_buf_[i] * kTile);
       }
-      for (const Op& op : ops_) exec(op, sp, base + op.dst * kTile, n);
+      for (const Op& op : ops_) exec(op, sp, sv, base + op.dst * kTile, n);
       for (size_t j = 0; j < out_slot_.size(); ++j) store(out_dt_[j], sp[out_slot_[j]], out[j], b, n);
     }
   }
@@ -442,10 +457,30 @@ class FusedKernel final : public Kernel {
     }
   }
 
-  static void exec(const Op& op, const float* const* sp, float* d, int64_t n) {
+  // binary op f over tiles or one-element values
+  template <typename F>
+  static void bin2(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n, F f) {
+    if (!op.sa && !op.sb) {
+      bin(d, sp[op.a], sp[op.b], n, f);
+    } else if (!op.sa) {
+      const float y = sv[op.b];
+      const float* a = sp[op.a];
+      for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], y);
+    } else if (!op.sb) {
+      const float x = sv[op.a];
+      const float* b = sp[op.b];
+      for (int64_t i = 0; i < n; ++i) d[i] = f(x, b[i]);
+    } else {
+      const float v = f(sv[op.a], sv[op.b]);
+      for (int64_t i = 0; i < n; ++i) d[i] = v;
+    }
+  }
+
+  static void exec(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
     const float* a = sp[op.a];
     const float* b = op.b >= 0 ? sp[op.b] : nullptr;
     const float* c = op.c >= 0 ? sp[op.c] : nullptr;
+    (void)b;
     using namespace math;
     switch (op.code) {
       case kNeg: un(d, a, n, [](float x) { return -x; }); break;
@@ -510,43 +545,43 @@ class FusedKernel final : public Kernel {
         if (static_cast<DType>(op.mode) == DType::b8) un(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
         else un(d, a, n, [](float x) { return x; });  // to a float dtype: the rounding below does it
         break;
-      case kAdd: bin(d, a, b, n, [](float x, float y) { return x + y; }); break;
+      case kAdd: bin2(op, sp, sv, d, n, [](float x, float y) { return x + y; }); break;
       case kAddAlpha: {
         const float al = op.p0;
-        bin(d, a, b, n, [al](float x, float y) { return x + al * y; });
+        bin2(op, sp, sv, d, n, [al](float x, float y) { return x + al * y; });
         break;
       }
-      case kSub: bin(d, a, b, n, [](float x, float y) { return x - y; }); break;
+      case kSub: bin2(op, sp, sv, d, n, [](float x, float y) { return x - y; }); break;
       case kSubAlpha: {
         const float al = op.p0;
-        bin(d, a, b, n, [al](float x, float y) { return x - al * y; });
+        bin2(op, sp, sv, d, n, [al](float x, float y) { return x - al * y; });
         break;
       }
-      case kMul: bin(d, a, b, n, [](float x, float y) { return x * y; }); break;
-      case kDiv: bin(d, a, b, n, [](float x, float y) { return x / y; }); break;
-      case kDivTrunc: bin(d, a, b, n, [](float x, float y) { return std::trunc(x / y); }); break;
-      case kPow: bin(d, a, b, n, [](float x, float y) { return std::pow(x, y); }); break;
-      case kAtan2: bin(d, a, b, n, [](float x, float y) { return std::atan2(x, y); }); break;
+      case kMul: bin2(op, sp, sv, d, n, [](float x, float y) { return x * y; }); break;
+      case kDiv: bin2(op, sp, sv, d, n, [](float x, float y) { return x / y; }); break;
+      case kDivTrunc: bin2(op, sp, sv, d, n, [](float x, float y) { return std::trunc(x / y); }); break;
+      case kPow: bin2(op, sp, sv, d, n, [](float x, float y) { return std::pow(x, y); }); break;
+      case kAtan2: bin2(op, sp, sv, d, n, [](float x, float y) { return std::atan2(x, y); }); break;
       case kMaximum:
-        bin(d, a, b, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
+        bin2(op, sp, sv, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
         break;
       case kMinimum:
-        bin(d, a, b, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
+        bin2(op, sp, sv, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
         break;
-      case kEq: bin(d, a, b, n, [](float x, float y) { return x == y ? 1.0f : 0.0f; }); break;
-      case kNe: bin(d, a, b, n, [](float x, float y) { return x != y ? 1.0f : 0.0f; }); break;
-      case kLt: bin(d, a, b, n, [](float x, float y) { return x < y ? 1.0f : 0.0f; }); break;
-      case kLe: bin(d, a, b, n, [](float x, float y) { return x <= y ? 1.0f : 0.0f; }); break;
-      case kGt: bin(d, a, b, n, [](float x, float y) { return x > y ? 1.0f : 0.0f; }); break;
-      case kGe: bin(d, a, b, n, [](float x, float y) { return x >= y ? 1.0f : 0.0f; }); break;
+      case kEq: bin2(op, sp, sv, d, n, [](float x, float y) { return x == y ? 1.0f : 0.0f; }); break;
+      case kNe: bin2(op, sp, sv, d, n, [](float x, float y) { return x != y ? 1.0f : 0.0f; }); break;
+      case kLt: bin2(op, sp, sv, d, n, [](float x, float y) { return x < y ? 1.0f : 0.0f; }); break;
+      case kLe: bin2(op, sp, sv, d, n, [](float x, float y) { return x <= y ? 1.0f : 0.0f; }); break;
+      case kGt: bin2(op, sp, sv, d, n, [](float x, float y) { return x > y ? 1.0f : 0.0f; }); break;
+      case kGe: bin2(op, sp, sv, d, n, [](float x, float y) { return x >= y ? 1.0f : 0.0f; }); break;
       case kLogicalAnd:
-        bin(d, a, b, n, [](float x, float y) { return (x != 0.0f) & (y != 0.0f) ? 1.0f : 0.0f; });
+        bin2(op, sp, sv, d, n, [](float x, float y) { return (x != 0.0f) & (y != 0.0f) ? 1.0f : 0.0f; });
         break;
       case kLogicalOr:
-        bin(d, a, b, n, [](float x, float y) { return (x != 0.0f) | (y != 0.0f) ? 1.0f : 0.0f; });
+        bin2(op, sp, sv, d, n, [](float x, float y) { return (x != 0.0f) | (y != 0.0f) ? 1.0f : 0.0f; });
         break;
       case kLogicalXor:
-        bin(d, a, b, n, [](float x, float y) { return (x != 0.0f) != (y != 0.0f) ? 1.0f : 0.0f; });
+        bin2(op, sp, sv, d, n, [](float x, float y) { return (x != 0.0f) != (y != 0.0f) ? 1.0f : 0.0f; });
         break;
       case kWhere:
         for (int64_t i = 0; i < n; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
@@ -570,6 +605,7 @@ class FusedKernel final : public Kernel {
   std::vector<DType> out_dt_;
   std::unique_ptr<float, Free> mem_;
   std::vector<const float*> ptrs_;
+  std::vector<float> vals_;  // per set: the value of each one-element input
   std::string name_;
 };
 

@@ -4,7 +4,11 @@
 // every bf16/f16 result where the unfused graph stores it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -307,6 +311,24 @@ TEST(FusedKernel, OpmathScalarWithBf16) {
               }, 1);
 }
 
+TEST(FusedKernel, ScalarOperandsOnEitherSide) {
+  // one-element inputs are read as values; alpha products must round like the single-op kernels
+  for (DType dt : {DType::f32, DType::bf16}) {
+    expect_same({TensorType(dt, {3000}), TensorType(dt, {}), TensorType(dt, {1, 1}), TensorType(DType::b8, {3000})},
+                [](Graph& g, const std::vector<Value*>& in) {
+                  Value* v = op(g, "add", {in[0], in[1]}, attrs({{"alpha", 0.37}}));
+                  v = op(g, "sub", {in[2], v}, attrs({{"alpha", 1.3}}));
+                  v = op(g, "add", {v, in[0]}, attrs({{"alpha", -0.71}}));
+                  v = op(g, "sub", {v, in[2]}, attrs({{"alpha", 2.9}}));
+                  v = op(g, "div", {in[1], op(g, "mul", {in[2], v})});
+                  v = op(g, "maximum", {in[1], v});
+                  v = op(g, "where", {in[3], v, in[2]});
+                  v = op(g, "where", {in[3], in[1], v});
+                  g.set_outputs({op(g, "lt", {v, in[2]}), op(g, "pow", {in[1], v})});
+                }, 1);
+  }
+}
+
 TEST(FusedKernel, NonContiguousBroadcastsAndZeroSize) {
   expect_same({TensorType(DType::bf16, {3, 1, 5, 1}), TensorType(DType::bf16, {1, 4, 1, 6}),
                TensorType(DType::b8, {3, 4, 1, 6})},
@@ -362,6 +384,51 @@ TEST(FusedKernel, MalformedProgramsThrowWithContext) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("do not broadcast"), std::string::npos) << e.what();
+  }
+}
+
+// Not a test: the chained-elementwise micro case (run with
+// --gtest_also_run_disabled_tests --gtest_filter='*ChainBenchmark*').
+TEST(FusedKernel, DISABLED_ChainBenchmark) {
+  // wall time and this thread's CPU time (the machine is shared: CPU time is the steadier one)
+  set_num_threads(1);
+  auto cpu_us = [] {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+  };
+  for (int64_t n : {int64_t{16}, int64_t{1} << 20, int64_t{1} << 23}) {
+    for (bool fuse : {true, false}) {
+      Graph g;
+      Value* x = g.add_input(TensorType(DType::f32, {n}), "x");
+      Value* c1 = g.add_input(TensorType(DType::f32, {}), "c1");
+      Value* c2 = g.add_input(TensorType(DType::f32, {}), "c2");
+      Value* v = x;
+      for (int i = 0; i < 100; ++i) v = op(g, "add", {op(g, "mul", {v, c1}), c2});
+      g.set_outputs({v});
+      PipelineOptions opt;
+      if (!fuse) opt.disabled.insert("fuse_elementwise");
+      run_pipeline(g, opt);
+      Executor ex(compile_program(g));
+      std::vector<float> xd(n, 0.5f), o(n);
+      float a = 0.999f, b = 0.001f;
+      std::vector<void*> ins = {xd.data(), &a, &b};
+      std::vector<void*> outs = {o.data()};
+      const int reps = n < 1000 ? 20000 : n < (1 << 22) ? 20 : 5;
+      std::vector<double> ts, cs;
+      for (int r = 0; r < reps; ++r) {
+        double c0 = cpu_us();
+        auto t0 = std::chrono::steady_clock::now();
+        ex.run_into(ins.data(), outs.data());
+        ts.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        cs.push_back(cpu_us() - c0);
+      }
+      std::sort(ts.begin(), ts.end());
+      std::sort(cs.begin(), cs.end());
+      std::printf("numel %8lld  %-8s  %3zu nodes  wall median %10.2f us  cpu median %10.2f us  threads %d\n",
+                  static_cast<long long>(n), fuse ? "fused" : "unfused", g.nodes().size(), ts[ts.size() / 2],
+                  cs[cs.size() / 2], num_threads());
+    }
   }
 }
 
