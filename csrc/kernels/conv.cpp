@@ -120,9 +120,9 @@ class ConvKernel final : public Kernel {
       auto w_md = base ? base->weights_desc()
                        : (w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d));
       dnnl::primitive_attr attr = default_attr();
-      if (k) attr.set_post_ops(epi::to_dnnl_post_ops(epi_, k, &o_md));
+      if (k > k0_) attr.set_post_ops(epi::to_dnnl_post_ops(epi_, k0_, k, &o_md));
       bool ok = try_make_pd(pd, [&] {
-        if (has_bias_)
+        if (prim_bias_)
           return dnnl::convolution_forward::primitive_desc(
               engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x_md, w_md,
               plain_desc({O_}, d), o_md, strides, dil, pad, pad, attr);
@@ -137,10 +137,11 @@ class ConvKernel final : public Kernel {
       return true;
     };
     auto build = [&](dt d) -> bool {
+      plan_folding(d == dt::f32 && w_const && (!has_bias_ || b_const));
       dnnl::convolution_forward::primitive_desc pd;
-      if (!make(d, 0, nullptr, pd)) return false;
-      k_dnnl_ = 0;
-      for (size_t k = epi_.ops.size(); k >= 1; --k) {
+      if (!make(d, k0_, nullptr, pd)) return false;
+      k_dnnl_ = k0_;
+      for (size_t k = epi_.ops.size(); k > k0_; --k) {
         dnnl::convolution_forward::primitive_desc pk;
         if (make(d, k, &pd, pk)) {
           pd = pk;
@@ -154,7 +155,7 @@ class ConvKernel final : public Kernel {
       exec_.bind(DNNL_ARG_SRC, pd.src_desc());
       exec_.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
       exec_.bind(DNNL_ARG_DST, pd.dst_desc());
-      if (has_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
+      if (prim_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
       in_ro_.init(plain_desc(xs_, d), pd.src_desc());
       out_ro_.init(pd.dst_desc(), plain_desc(os_, d));
       if (in_ro_.needed) x_blk_ = alloc_buffer(pd.src_desc().get_size());
@@ -163,11 +164,11 @@ class ConvKernel final : public Kernel {
       w_md_ = pd.weights_desc();
       // post-op operands: plain, except full ones, which are reordered into the dst layout
       post_.assign(k_dnnl_, PostArg{});
-      for (size_t i = 0; i < k_dnnl_; ++i) {
+      for (size_t i = k0_; i < k_dnnl_; ++i) {
         const epi::Op& op = epi_.ops[i];
         if (op.input < 0) continue;
         PostArg& pa = post_[i];
-        pa.arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+        pa.arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i - k0_)) | DNNL_ARG_SRC_1;
         pa.input = op.input;
         dnnl::memory::desc md = epi::operand_md(op);
         if (op.mode == epi::Mode::Full) {
@@ -184,6 +185,7 @@ class ConvKernel final : public Kernel {
       }
       name_ = std::string("onednn_conv_") + dtype_name(t_) + (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") +
               " (" + impl + ")" + post_name(k_dnnl_);
+      if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
       return true;
     };
     if (t_ == DType::f32 || !build(to_dnnl(t_))) {
@@ -201,13 +203,22 @@ class ConvKernel final : public Kernel {
         bias_ready_ = true;
       }
     }
+    if (k0_) fold_bias(b_const);
     if (w_const) {  // prepack once
       const void* src = w_const;
       Buffer tmp;
-      if (emu_) {
+      if (emu_ || fold_mul_) {
         tmp = alloc_buffer(w_n_ * 4);
         to_f32(t_, src, static_cast<float*>(tmp.data()), w_n_);
         src = tmp.data();
+      }
+      if (fold_mul_) {  // W[o, ...] *= scale[o]
+        float* w = static_cast<float*>(tmp.data());
+        const int64_t per = w_n_ / O_;
+        for (int64_t o = 0; o < O_; ++o) {
+          const float a = channel_value(epi_.ops[0], o);
+          for (int64_t i = 0; i < per; ++i) w[o * per + i] *= a;
+        }
       }
       packed_ = alloc_buffer(w_md_.get_size());
       Reorder ro;
@@ -244,7 +255,7 @@ class ConvKernel final : public Kernel {
       }
       exec_.set(DNNL_ARG_WEIGHTS, w);
     }
-    if (has_bias_) {
+    if (has_bias_ && !k0_) {
       void* b = in[2];
       if (emu_) {
         if (!bias_ready_) to_f32(t_, b, static_cast<float*>(bias_f32_.data()), O_);
@@ -286,6 +297,43 @@ class ConvKernel final : public Kernel {
     if (t_ != DType::f32) from_f32(t_, o, out[0], o_n_);
   }
 
+  // Leading per-channel (or scalar) constant mul / add post-ops (a folded
+  // batch_norm) are folded into constant f32 weights and bias when the
+  // primitive computes in f32: W' = W * a, b' = b * a + s (one rounding of
+  // each product, as the unfused batch_norm's).
+  void plan_folding(bool allowed) {
+    fold_mul_ = fold_add_ = false;
+    k0_ = 0;
+    auto ok = [&](size_t i, int64_t code) {
+      if (i >= epi_.ops.size()) return false;
+      const epi::Op& op = epi_.ops[i];
+      return op.code == code && op.cdata && (op.mode == epi::Mode::Channel || op.mode == epi::Mode::Scalar);
+    };
+    if (allowed) {
+      fold_mul_ = ok(0, epi::kMul);
+      fold_add_ = ok(fold_mul_ ? 1 : 0, epi::kAdd);
+    }
+    k0_ = static_cast<size_t>(fold_mul_) + static_cast<size_t>(fold_add_);
+    prim_bias_ = has_bias_ || fold_add_;
+  }
+  static float channel_value(const epi::Op& op, int64_t c) {
+    int64_t i = op.mode == epi::Mode::Channel ? c : 0;
+    if (op.dt == DType::f32) return static_cast<const float*>(op.cdata)[i];
+    if (op.dt == DType::bf16) return load(static_cast<const bf16s*>(op.cdata)[i]);
+    return load(static_cast<const f16s*>(op.cdata)[i]);
+  }
+  void fold_bias(const void* b_const) {
+    folded_bias_ = alloc_buffer(O_ * 4);
+    float* b = static_cast<float*>(folded_bias_.data());
+    if (has_bias_) to_f32(t_, b_const, b, O_);
+    else std::memset(b, 0, O_ * 4);
+    for (int64_t o = 0; o < O_; ++o) {
+      if (fold_mul_) b[o] *= channel_value(epi_.ops[0], o);
+      if (fold_add_) b[o] += channel_value(epi_.ops[fold_mul_ ? 1 : 0], o);
+    }
+    exec_.set(DNNL_ARG_BIAS, b);
+  }
+
   std::string post_name(size_t k) const {
     if (epi_.empty()) return "";
     std::string r = " +";
@@ -303,7 +351,10 @@ class ConvKernel final : public Kernel {
   DType t_;
   epi::Epilogue epi_;
   std::vector<PostArg> post_;
-  size_t k_dnnl_ = 0;
+  size_t k_dnnl_ = 0;  // post-ops [k0_, k_dnnl_) run in the primitive, the rest by hand
+  size_t k0_ = 0;      // leading post-ops folded into weights and bias
+  bool fold_mul_ = false, fold_add_ = false, prim_bias_ = false;
+  Buffer folded_bias_;
   Shape xs_, ws_, os_;
   bool has_bias_ = false, emu_ = false, empty_ = false, zero_ = false, w_const_ = false, bias_ready_ = false;
   int64_t x_n_ = 0, w_n_ = 0, o_n_ = 0, O_ = 0;

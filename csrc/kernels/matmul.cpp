@@ -227,7 +227,7 @@ class GemmKernel final : public Kernel {
     dnnl::memory::desc o_md = plain_desc(s_.out, d);
     dnnl::matmul::primitive_desc pd;
     dnnl::primitive_attr attr = default_attr();
-    if (k) attr.set_post_ops(epi::to_dnnl_post_ops(s_.epi, k));
+    if (k) attr.set_post_ops(epi::to_dnnl_post_ops(s_.epi, 0, k));
     bool ok = try_make_pd(pd, [&] {
       if (with_bias)
         return dnnl::matmul::primitive_desc(engine(), a_md, b_md, plain_desc(s_.bias, d), o_md, attr);

@@ -331,10 +331,10 @@ void Epilogue::apply_all(float* out, int64_t R, void* const* in, size_t k0) cons
 
 dnnl::memory::desc operand_md(const Op& op) { return dnnl_util::plain_desc(op.shape, dnnl_util::to_dnnl(op.dt)); }
 
-dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k, const dnnl::memory::desc* full_md) {
+dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md) {
   using alg = dnnl::algorithm;
   dnnl::post_ops po;
-  for (size_t i = 0; i < k && i < e.ops.size(); ++i) {
+  for (size_t i = k0; i < k && i < e.ops.size(); ++i) {
     const Op& op = e.ops[i];
     switch (op.code) {
       case kRelu: po.append_eltwise(alg::eltwise_relu, op.a, 0.f); break;

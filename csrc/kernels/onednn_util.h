@@ -156,11 +156,11 @@ struct Epilogue {
 // `view`: the shape the kernel computes (linear: [M, N]; matmul, conv: the output).
 Epilogue parse(const Node& n, const Shape& view, bool conv);
 
-// oneDNN post-ops for ops[0..k). Operand descriptors are plain (operand_md),
+// oneDNN post-ops for ops[k0..k). Operand descriptors are plain (operand_md),
 // except full operands when `full_md` is given (conv: the primitive's dst
 // layout; the kernel reorders the operand into it). The operand of op i is
-// bound to DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1.
-dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k, const dnnl::memory::desc* full_md = nullptr);
+// bound to DNNL_ARG_ATTR_MULTIPLE_POST_OP(i - k0) | DNNL_ARG_SRC_1.
+dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md = nullptr);
 dnnl::memory::desc operand_md(const Op& op);
 
 }  // namespace ag::epi
