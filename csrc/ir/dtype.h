@@ -85,7 +85,11 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 // IEEE half conversions (used only for loads/stores; compute happens in f32).
-inline float f16_to_f32(uint16_t h) { return static_cast<float>(*reinterpret_cast<const _Float16*>(&h)); }
+inline float f16_to_f32(uint16_t h) {
+  _Float16 f;
+  std::memcpy(&f, &h, 2);
+  return static_cast<float>(f);
+}
 inline uint16_t f32_to_f16(float f) {
   _Float16 h = static_cast<_Float16>(f);
   uint16_t b;
