@@ -172,14 +172,21 @@ class ConvKernel final : public Kernel {
         pa.input = op.input;
         dnnl::memory::desc md = epi::operand_md(op);
         if (op.mode == epi::Mode::Full) {
+          // a 16-bit operand of an f32 primitive: widened by hand first (oneDNN's
+          // converting reorder into a blocked layout is a slow reference one here)
+          if (to_dnnl(op.dt) != d) {
+            pa.widen = op.dt;
+            pa.n = TensorType(op.dt, op.shape).numel();
+            pa.wide = alloc_buffer(pa.n * 4);
+            md = plain_desc(op.shape, d);
+          }
           pa.ro.init(md, pd.dst_desc());
           md = pd.dst_desc();
           if (pa.ro.needed) pa.buf = alloc_buffer(md.get_size());
         }
         exec_.bind(pa.arg, md);
         if (op.cdata) {
-          if (pa.ro.needed) pa.ro.run(const_cast<void*>(op.cdata), pa.buf.data());
-          exec_.set(pa.arg, pa.ro.needed ? pa.buf.data() : const_cast<void*>(op.cdata));
+          exec_.set(pa.arg, pa.prepare(const_cast<void*>(op.cdata)));
           pa.input = -1;  // nothing to do per call
         }
       }
@@ -263,15 +270,8 @@ class ConvKernel final : public Kernel {
       }
       exec_.set(DNNL_ARG_BIAS, b);
     }
-    for (PostArg& pa : post_) {
-      if (pa.input < 0) continue;
-      if (pa.ro.needed) {
-        pa.ro.run(in[pa.input], pa.buf.data());
-        exec_.set(pa.arg, pa.buf.data());
-      } else {
-        exec_.set(pa.arg, in[pa.input]);
-      }
-    }
+    for (PostArg& pa : post_)
+      if (pa.input >= 0) exec_.set(pa.arg, pa.prepare(in[pa.input]));
     void* o_plain = emu_ ? out_f32_.data() : out[0];
     void* o = out_ro_.needed ? o_blk_.data() : o_plain;
     exec_.set(DNNL_ARG_DST, o);
@@ -346,6 +346,18 @@ class ConvKernel final : public Kernel {
     int arg = 0, input = -1;  // input: node input to bind per call (-1: bound once)
     Reorder ro;               // full operands: plain -> dst layout
     Buffer buf;
+    DType widen = DType::f32;  // != f32: widen the operand to f32 first
+    int64_t n = 0;
+    Buffer wide;
+    void* prepare(void* p) {
+      if (widen != DType::f32) {
+        to_f32(widen, p, static_cast<float*>(wide.data()), n);
+        p = wide.data();
+      }
+      if (!ro.needed) return p;
+      ro.run(p, buf.data());
+      return buf.data();
+    }
   };
 
   DType t_;
