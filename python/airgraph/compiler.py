@@ -211,9 +211,16 @@ class EngineGraph:
         replaced = {name for vid, name in self.fx_names.items() if vid not in alive}
         entries = []
         for n in desc["nodes"]:
+            fused = [x for x in str(n["attrs"].get("fused", "")).split(",") if x]
             for o in n["outputs"]:
-                fx = self.fx_names.get(o["id"]) or (n["name"] if n["name"] in replaced else None)
-                entries.append(dict(name=o["name"], fx_name=fx, op=n["op"], dtype=o["dtype"],
+                fx = self.fx_names.get(o["id"])
+                if fx is None and fused:
+                    # a fused node's single result is the value of the last op it absorbed;
+                    # the results of multi-output fused nodes are not attributed
+                    fx = fused[-1] if len(n["outputs"]) == 1 else None
+                elif fx is None and n["name"] in replaced:
+                    fx = n["name"]
+                entries.append(dict(name=o["name"], fx_name=fx, op=n["op"], dtype=o["dtype"], fused=fused,
                                     shape=list(o["shape"]), source=n["source"], value_id=o["id"]))
         self.dump_entries = _dump.select(entries, self.config.dump_filter)
         g.expose([e["value_id"] for e in self.dump_entries])

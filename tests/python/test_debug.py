@@ -25,6 +25,11 @@ class Net(torch.nn.Module):
         return self.fc2(h).sigmoid()
 
 
+# Node-level granularity: with the fusion passes on, relu/tanh/mul/sigmoid of Net
+# are absorbed into the two linear nodes.
+UNFUSED = dict(disable_passes=["fuse_epilogues", "fuse_elementwise"])
+
+
 def _run(model, x, **cfg):
     torch._dynamo.reset()
     c = torch.compile(model, backend=airgraph.get_backend(airgraph.CompilerConfig(**cfg)), dynamic=False)
@@ -56,7 +61,7 @@ def test_graph_dump_files_and_rerun(tmp_path):
 
 def test_data_dump_with_filter_and_index(tmp_path):
     m, x = Net().eval(), torch.randn(2, 8)
-    _run(m, x, dump_data=True, dump_dir=str(tmp_path), dump_filter="^(relu|tanh)")
+    _run(m, x, dump_data=True, dump_dir=str(tmp_path), dump_filter="^(relu|tanh)", **UNFUSED)
     ddir = next(tmp_path.glob("data_*"))
     index = json.loads((ddir / "index.json").read_text())
     assert {e["fx_name"] for e in index} == {"relu", "tanh"}, index
@@ -69,7 +74,7 @@ def test_data_dump_with_filter_and_index(tmp_path):
 
 def test_data_dump_safetensors_everything(tmp_path):
     m, x = Net().eval(), torch.randn(2, 8)
-    _run(m, x, dump_data=True, dump_dir=str(tmp_path), dump_format="safetensors")
+    _run(m, x, dump_data=True, dump_dir=str(tmp_path), dump_format="safetensors", **UNFUSED)
     ddir = next(tmp_path.glob("data_*"))
     assert (ddir / "data.safetensors").exists()
     entries = dumpmod.read_data(str(ddir))
@@ -99,7 +104,7 @@ def test_dumps_compare_on_command_line(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no divergence" in ok.stdout
     # plant a wrong kernel on tanh and compare again: the CLI names the node
-    _run(m, x, dump_data=True, dump_dir=str(tmp_path / "bad"), fault_node="tanh")
+    _run(m, x, dump_data=True, dump_dir=str(tmp_path / "bad"), fault_node="tanh", **UNFUSED)
     c = next((tmp_path / "bad").glob("data_*"))
     bad = subprocess.run([sys.executable, "-m", "airgraph.debug", "compare", str(c), str(b)], capture_output=True,
                          text=True)
@@ -109,10 +114,10 @@ def test_dumps_compare_on_command_line(tmp_path):
 
 def test_compare_finds_planted_fault_at_the_right_node():
     m, x = Net().eval(), torch.randn(4, 8)
-    rep = airgraph.debug.compare(m, x, bisect_passes=False)
+    rep = airgraph.debug.compare(m, x, bisect_passes=False, config=airgraph.CompilerConfig(**UNFUSED))
     assert rep.ok, str(rep)
     assert rep.compared >= 5
-    cfg = airgraph.CompilerConfig(fault_node="tanh")
+    cfg = airgraph.CompilerConfig(fault_node="tanh", **UNFUSED)
     rep = airgraph.debug.compare(m, x, config=cfg, bisect_passes=False)
     assert not rep.ok
     assert rep.first.name == "tanh", str(rep)
@@ -122,9 +127,23 @@ def test_compare_finds_planted_fault_at_the_right_node():
     assert "first divergence at tanh" in str(rep)
 
 
+def test_compare_with_fusion_names_the_fused_node():
+    # fused: linear(fc1) + relu + tanh + mul is one engine node named "addmm"
+    m, x = Net().eval(), torch.randn(4, 8)
+    rep = airgraph.debug.compare(m, x, bisect_passes=False)
+    assert rep.ok, str(rep)
+    rep = airgraph.debug.compare(m, x, config=airgraph.CompilerConfig(fault_node="addmm"), bisect_passes=True)
+    assert not rep.ok
+    assert rep.first.name == "mul", str(rep)  # the fused node's result is the value of mul
+    assert rep.first.fused == ["relu", "tanh", "mul"], str(rep)
+    assert "fused engine node covering relu, tanh, mul" in str(rep)
+    # the planted fault is in a kernel, not in a pass: no single pass is to blame
+    assert rep.passes_at_fault == [] or "fuse_epilogues" in rep.passes_at_fault
+
+
 def test_profiler_table_and_chrome_trace(tmp_path):
     m, x = Net().eval(), torch.randn(2, 8)
-    rep = airgraph.debug.profile(m, x, runs=5)
+    rep = airgraph.debug.profile(m, x, runs=5, config=airgraph.CompilerConfig(**UNFUSED))
     instrs = [r for r in rep.rows]
     assert len(instrs) >= 5 and all(r.calls == 5 for r in instrs)
     assert "avg us" in rep.table()

@@ -23,11 +23,13 @@ class Divergence:
     mean_abs: float
     mismatched: float  # fraction of elements beyond tolerance
     source: str
+    fused: list = field(default_factory=list)  # FX nodes fused into the engine node that computed it
 
     def __str__(self):
         return (f"first divergence at {self.name} ({self.target}, engine op {self.op}) "
                 f"{self.dtype}{self.shape}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}, "
                 f"mean abs {self.mean_abs:.3g}, {100 * self.mismatched:.1f}% of elements beyond tolerance"
+                + (f"\n  computed by a fused engine node covering {', '.join(self.fused)}" if self.fused else "")
                 + (f"\n  at {self.source}" if self.source else ""))
 
 
@@ -129,7 +131,7 @@ def compare(model, *inputs, rtol: float = 1e-4, atol: float = 1e-5, config=None,
                 bad, mx, mr, ma, frac = _stats(t, ref[n.name], rtol, atol)
                 if bad:
                     rep.first = Divergence(n.name, e["op"], str(n.target), e["shape"], e["dtype"], mx, mr, ma, frac,
-                                           e["source"])
+                                           e["source"], e.get("fused", []))
                     break
             if rep.first:
                 break
@@ -158,6 +160,6 @@ def compare_dumps(dir_a: str, dir_b: str, rtol: float = 1e-4, atol: float = 1e-5
         bad, mx, mr, ma, frac = _stats(t, b[key][1], rtol, atol)
         if bad:
             rep.first = Divergence(key, e["op"], b[key][0]["op"], e["shape"], e["dtype"], mx, mr, ma, frac,
-                                   e.get("source", ""))
+                                   e.get("source", ""), e.get("fused", []))
             break
     return rep
