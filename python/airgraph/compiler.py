@@ -205,21 +205,21 @@ class EngineGraph:
 
     def _expose_for_dump(self, g):
         desc = g.describe()
-        alive = {o["id"] for n in desc["nodes"] for o in n["outputs"]}
-        # FX nodes whose lowered value a pass replaced (e.g. matmul -> linear): the
-        # replacement keeps the FX node's name, so match those by name.
-        replaced = {name for vid, name in self.fx_names.items() if vid not in alive}
+        # A dumped value is attributed to an FX node only when it is provably that node's
+        # result: the value the lowering produced, or the single result of a fused node
+        # (the value of the last op it absorbed). Values that passes rebuilt under an
+        # old name (a reshape moved behind a fused GEMM, say) are dumped unattributed.
+        fx_meta = {n.name: n.meta.get("val") for n in self.gm.graph.nodes if n.op == "call_function"}
         entries = []
         for n in desc["nodes"]:
             fused = [x for x in str(n["attrs"].get("fused", "")).split(",") if x]
             for o in n["outputs"]:
                 fx = self.fx_names.get(o["id"])
-                if fx is None and fused:
-                    # a fused node's single result is the value of the last op it absorbed;
-                    # the results of multi-output fused nodes are not attributed
-                    fx = fused[-1] if len(n["outputs"]) == 1 else None
-                elif fx is None and n["name"] in replaced:
-                    fx = n["name"]
+                if fx is None and fused and len(n["outputs"]) == 1:
+                    fx = fused[-1]
+                    val = fx_meta.get(fx)  # a GEMM fused through a reshape has the pre-reshape shape
+                    if not (_is_tensor_meta(val) and list(val.shape) == list(o["shape"])):
+                        fx = None
                 entries.append(dict(name=o["name"], fx_name=fx, op=n["op"], dtype=o["dtype"], fused=fused,
                                     shape=list(o["shape"]), source=n["source"], value_id=o["id"]))
         self.dump_entries = _dump.select(entries, self.config.dump_filter)
