@@ -217,7 +217,9 @@ TEST(ElementwiseOps, ChainRunsInPlace) {
   Value* s = g.add_node("add", {e, y}, {}, "s")->out();
   Value* c = g.add_node("clamp", {s}, attrs({{"min", 0.5}, {"max", 1.5}}), "c")->out();
   g.set_outputs({c});
-  run_pipeline(g, PipelineOptions{});
+  PipelineOptions opt;
+  opt.disabled = {"fuse_elementwise"};  // this tests the planner's in-place reuse across separate kernels
+  run_pipeline(g, opt);
   auto prog = compile_program(g);
   EXPECT_GT(prog->stats.inplace, 0);
   Executor ex(prog);
