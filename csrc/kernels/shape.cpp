@@ -206,25 +206,8 @@ std::unique_ptr<Kernel> make_tri(const Node& n) {
 }
 
 // ---- slice_scatter: out = x with out[slice] = src ----------------------------------------
-struct SliceSpec {
-  int64_t dim, start, len, step;
-};
-SliceSpec slice_spec(const TensorType& t, const Attrs& a) {
-  AG_CHECK(t.rank() >= 1, "slice_scatter: cannot slice a 0-d tensor");
-  int64_t dim = normalize_dim(a.i("dim", 0), t.rank());
-  int64_t size = t.size(dim), step = a.i("step", 1);
-  AG_CHECK(step > 0, "slice_scatter: step must be positive, got ", step);
-  int64_t start = a.i("start", 0), end = a.i("end", INT64_MAX);
-  if (start < 0) start += size;
-  if (end < 0) end += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  end = std::clamp<int64_t>(end, 0, size);
-  if (end < start) end = start;
-  return {dim, start, (end - start + step - 1) / step, step};
-}
-
 std::vector<TensorType> infer_slice_scatter(const std::vector<TensorType>& in, const Attrs& a) {
-  SliceSpec s = slice_spec(in[0], a);
+  SliceSpec s = slice_spec(in[0], a, "slice_scatter");
   TensorType want = in[0];
   want.dims[s.dim] = Dim{s.len, -1};
   AG_CHECK(in[1].dtype == in[0].dtype, "slice_scatter: src ", in[1].str(), " must have the dtype of ", in[0].str());
@@ -235,7 +218,7 @@ std::vector<TensorType> infer_slice_scatter(const std::vector<TensorType>& in, c
 
 std::unique_ptr<Kernel> make_slice_scatter(const Node& n) {
   const auto& t = n.inputs[0]->type;
-  SliceSpec s = slice_spec(t, n.attrs);
+  SliceSpec s = slice_spec(t, n.attrs, "slice_scatter");
   Shape cs = contiguous_strides(t.shape());
   Shape src_shape = n.inputs[1]->type.shape();
   int64_t doff = s.start * cs[s.dim];

@@ -109,27 +109,8 @@ std::unique_ptr<Kernel> make_expand(const Node& n) {
 }
 
 // ---- slice / select -------------------------------------------------------------
-struct SliceSpec {
-  int64_t dim, start, len, step;
-};
-
-SliceSpec slice_spec(const TensorType& t, const Attrs& a) {
-  AG_CHECK(t.rank() >= 1, "slice: cannot slice a 0-d tensor");
-  int64_t dim = normalize_dim(a.i("dim", 0), t.rank());
-  int64_t size = t.size(dim);
-  int64_t step = a.i("step", 1);
-  AG_CHECK(step > 0, "slice: step must be positive, got ", step);
-  int64_t start = a.i("start", 0), end = a.i("end", INT64_MAX);
-  if (start < 0) start += size;
-  if (end < 0) end += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  end = std::clamp<int64_t>(end, 0, size);
-  if (end < start) end = start;
-  return {dim, start, (end - start + step - 1) / step, step};
-}
-
 std::vector<TensorType> infer_slice(const std::vector<TensorType>& in, const Attrs& a) {
-  SliceSpec s = slice_spec(in[0], a);
+  SliceSpec s = slice_spec(in[0], a, "slice");
   TensorType t = in[0];
   t.dims[s.dim] = Dim{s.len, -1};
   return {t};
@@ -137,7 +118,7 @@ std::vector<TensorType> infer_slice(const std::vector<TensorType>& in, const Att
 
 std::unique_ptr<Kernel> make_slice(const Node& n) {
   const auto& it = n.inputs[0]->type;
-  SliceSpec s = slice_spec(it, n.attrs);
+  SliceSpec s = slice_spec(it, n.attrs, "slice");
   Shape is = contiguous_strides(it.shape()), out = n.out()->type.shape();
   int64_t off = s.start * is[s.dim];
   is[s.dim] *= s.step;
@@ -178,7 +159,7 @@ bool outer_is_one(const TensorType& t, int64_t dim) {
 }
 
 std::vector<TensorType> infer_slice_view(const std::vector<TensorType>& in, const Attrs& a) {
-  SliceSpec s = slice_spec(in[0], a);
+  SliceSpec s = slice_spec(in[0], a, "slice");
   AG_CHECK(outer_is_one(in[0], s.dim) && (s.step == 1 || s.len <= 1), "slice_view: slicing ", in[0].str(),
            " at dim ", s.dim, " with step ", s.step, " is not contiguous in memory (use slice)");
   return infer_slice(in, a);
@@ -186,7 +167,7 @@ std::vector<TensorType> infer_slice_view(const std::vector<TensorType>& in, cons
 int64_t slice_view_offset(const Node& n) {
   const auto& it = n.inputs[0]->type;
   if (n.out()->type.numel() == 0) return 0;
-  SliceSpec s = slice_spec(it, n.attrs);
+  SliceSpec s = slice_spec(it, n.attrs, "slice");
   return s.start * contiguous_strides(it.shape())[s.dim] * static_cast<int64_t>(dtype_size(it.dtype));
 }
 
