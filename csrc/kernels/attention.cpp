@@ -6,13 +6,22 @@
 // (top-left aligned, as torch). Rows where every key is masked give 0, like
 // PyTorch's CPU attention kernels.
 //
-// A straightforward row kernel: per query row, the scores against all keys
-// (contiguous dot products), a numerically stable softmax (max subtracted) and
-// the weighted sum of value rows, all in f32. Work is split over (b, h, block
-// of query rows). 16-bit inputs: k and v are widened to f32 once per call.
+// Computed as two batched GEMMs on oneDNN's matmul with a softmax pass between
+// them, in f32 (16-bit inputs are widened once per call, the output rounded
+// once). Query heads that share a key head are stacked into one GEMM: q viewed
+// as [B*Hk, G*L, E] (G = H/Hk) against k^T [B*Hk, E, S] gives the scores
+// [B*Hk, G*L, S]; the softmax pass applies scale, mask and causality row by row
+// (parallel, vectorized exp); probabilities @ v [B*Hk, S, Ev] is exactly the
+// output [B, H, L, Ev]. The score buffer is a per-thread scratch shared by
+// every attention node; (b, key head) pairs are processed in chunks that keep
+// it under kScoreBudget floats. A head whose own scores would exceed the budget
+// (very long sequences) runs a row kernel instead: per query row, dot products,
+// softmax and the weighted sum of value rows.
 #include <limits>
 
 #include "kernels/common.h"
+#include "kernels/onednn_util.h"
+#include "kernels/reduce_util.h"
 
 namespace ag {
 namespace {
@@ -43,12 +52,17 @@ std::vector<TensorType> infer_sdpa(const std::vector<TensorType>& in, const Attr
   return {TensorType(q.dtype, {q.size(0), q.size(1), q.size(2), v.size(3)})};
 }
 
-template <typename T>
-void widen(const T* src, float* dst, int64_t n) {
-  parallel_for(n, 1 << 15, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dst[i] = static_cast<float>(load(src[i]));
-  });
+// Per-thread f32 scratch shared by all attention nodes (a node uses it only
+// during its own run; the caller's thread owns it, OpenMP workers borrow it).
+float* thread_scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
 }
+
+constexpr int64_t kScoreBudget = int64_t(1) << 22;  // floats (16 MiB) of scores per chunk
+
+using dnnl_util::Exec;
 
 class SdpaKernel final : public Kernel {
  public:
@@ -56,6 +70,7 @@ class SdpaKernel final : public Kernel {
     auto q = n.inputs[0]->type.shape(), k = n.inputs[1]->type.shape(), v = n.inputs[2]->type.shape();
     t_ = n.inputs[0]->type.dtype;
     B_ = q[0], H_ = q[1], L_ = q[2], E_ = q[3], Hk_ = k[1], S_ = k[2], Ev_ = v[3];
+    G_ = H_ / Hk_;
     scale_ = static_cast<float>(n.attrs.f("scale"));
     causal_ = n.attrs.b("is_causal", false);
     has_mask_ = n.inputs.size() > 3;
@@ -65,125 +80,207 @@ class SdpaKernel final : public Kernel {
       while (ms.size() < 4) ms.insert(ms.begin(), 1);
       mstr_ = broadcast_strides(ms, {B_, H_, L_, S_});
     }
-    if (t_ != DType::f32) {
-      k32_.resize(B_ * Hk_ * S_ * E_);
-      v32_.resize(B_ * Hk_ * S_ * Ev_);
+    const int64_t per_head = G_ * L_ * S_;
+    gemm_ = B_ * H_ * L_ * Ev_ > 0 && S_ > 0 && E_ > 0 && per_head <= kScoreBudget;
+    if (gemm_) {
+      chunk_ = std::max<int64_t>(1, std::min(B_ * Hk_, kScoreBudget / per_head));
+      make_gemms(chunk_, full_);
+      const int64_t rest = (B_ * Hk_) % chunk_;
+      if (rest) make_gemms(rest, rest_);
     }
     nblk_ = (L_ + kRows - 1) / kRows;
     slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads()});
     per_slot_ = S_ + E_ + Ev_;
-    scratch_.resize(static_cast<size_t>(slots_) * per_slot_);
   }
 
-  std::string name() const override { return std::string("sdpa_") + dtype_name(t_); }
+  std::string name() const override { return std::string(gemm_ ? "sdpa_gemm_" : "sdpa_rows_") + dtype_name(t_); }
 
   void run(void* const* in, void* const* out) override {
     if (B_ * H_ * L_ * Ev_ == 0) return;
-    AG_DISPATCH_FLOAT(t_, "sdpa", [&] {
-      const float *K, *V;
-      if constexpr (std::is_same_v<scalar_t, float>) {
-        K = static_cast<const float*>(in[1]);
-        V = static_cast<const float*>(in[2]);
-      } else {
-        widen(static_cast<const scalar_t*>(in[1]), k32_.data(), static_cast<int64_t>(k32_.size()));
-        widen(static_cast<const scalar_t*>(in[2]), v32_.data(), static_cast<int64_t>(v32_.size()));
-        K = k32_.data();
-        V = v32_.data();
-      }
-      const scalar_t* Q = static_cast<const scalar_t*>(in[0]);
-      scalar_t* O = static_cast<scalar_t*>(out[0]);
-      if (!has_mask_) {
-        compute<scalar_t, bool, false>(Q, K, V, nullptr, O);
-      } else if (mask_t_ == DType::b8) {
-        compute<scalar_t, bool, true>(Q, K, V, static_cast<const bool*>(in[3]), O);
-      } else {
-        AG_DISPATCH_FLOAT(mask_t_, "sdpa mask", [&] {
-          using mask_t = scalar_t;
-          compute<std::remove_cv_t<std::remove_pointer_t<decltype(Q)>>, mask_t, true>(
-              Q, K, V, static_cast<const mask_t*>(in[3]), O);
-        });
-      }
-    });
+    const int64_t nq = B_ * H_ * L_ * E_, nk = B_ * Hk_ * S_ * E_, nv = B_ * Hk_ * S_ * Ev_, no = B_ * H_ * L_ * Ev_;
+    const bool f32 = t_ == DType::f32;
+    const size_t n_scores = gemm_ ? static_cast<size_t>(chunk_ * G_ * L_ * S_)
+                                  : static_cast<size_t>(std::max(slots_, 1) * per_slot_);
+    float* scratch = thread_scratch(n_scores + (f32 ? 0 : static_cast<size_t>(nq + nk + nv + no)));
+    const float *Q = static_cast<const float*>(in[0]), *K = static_cast<const float*>(in[1]),
+                *V = static_cast<const float*>(in[2]);
+    float* O = static_cast<float*>(out[0]);
+    if (!f32) {  // widen once, compute in f32, round once
+      float* w = scratch + n_scores;
+      dnnl_util::to_f32(t_, in[0], w, nq);
+      dnnl_util::to_f32(t_, in[1], w + nq, nk);
+      dnnl_util::to_f32(t_, in[2], w + nq + nk, nv);
+      Q = w, K = w + nq, V = w + nq + nk, O = w + nq + nk + nv;
+    }
+    auto body = [&](const auto* mask) {
+      using M = std::remove_cv_t<std::remove_pointer_t<decltype(mask)>>;
+      if (gemm_)
+        run_gemm<M>(Q, K, V, mask, O, scratch);
+      else
+        run_rows<M>(Q, K, V, mask, O, scratch);
+    };
+    if (!has_mask_) {
+      body(static_cast<const bool*>(nullptr));
+    } else if (mask_t_ == DType::b8) {
+      body(static_cast<const bool*>(in[3]));
+    } else {
+      AG_DISPATCH_FLOAT(mask_t_, "sdpa mask", [&] { body(static_cast<const scalar_t*>(in[3])); });
+    }
+    if (!f32) dnnl_util::from_f32(t_, O, out[0], no);
   }
 
  private:
   static constexpr int64_t kRows = 16;
 
-  template <typename T, typename M, bool kMask>
-  void compute(const T* Q, const float* K, const float* V, const M* mask, T* O) {
+  struct Gemms {
+    Exec qk, pv;
+  };
+
+  // The two GEMMs for `nb` (batch, key head) pairs: scores = q k^T, out = p v.
+  void make_gemms(int64_t nb, Gemms& g) {
+    using dims = dnnl::memory::dims;
+    using tag = dnnl::memory::format_tag;
+    const auto f = dnnl::memory::data_type::f32;
+    const int64_t M = G_ * L_;
+    dnnl::memory::desc q_md(dims{nb, M, E_}, f, tag::abc);
+    dnnl::memory::desc kt_md(dims{nb, E_, S_}, f, dims{S_ * E_, 1, E_});  // k^T without a copy
+    dnnl::memory::desc s_md(dims{nb, M, S_}, f, tag::abc);
+    dnnl::memory::desc v_md(dims{nb, S_, Ev_}, f, tag::abc);
+    dnnl::memory::desc o_md(dims{nb, M, Ev_}, f, tag::abc);
+    auto attr = dnnl_util::default_attr();
+    dnnl::matmul::primitive_desc qk(dnnl_util::engine(), q_md, kt_md, s_md, attr);
+    dnnl::matmul::primitive_desc pv(dnnl_util::engine(), s_md, v_md, o_md, attr);
+    g.qk.init(dnnl::matmul(qk), qk.scratchpad_desc());
+    g.qk.bind(DNNL_ARG_SRC, q_md), g.qk.bind(DNNL_ARG_WEIGHTS, kt_md), g.qk.bind(DNNL_ARG_DST, s_md);
+    g.pv.init(dnnl::matmul(pv), pv.scratchpad_desc());
+    g.pv.bind(DNNL_ARG_SRC, s_md), g.pv.bind(DNNL_ARG_WEIGHTS, v_md), g.pv.bind(DNNL_ARG_DST, o_md);
+  }
+
+  template <typename M>
+  void run_gemm(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scores) {
+    const int64_t total = B_ * Hk_, rows = G_ * L_;
+    for (int64_t c0 = 0; c0 < total; c0 += chunk_) {
+      const int64_t nb = std::min(chunk_, total - c0);
+      Gemms& g = nb == chunk_ ? full_ : rest_;
+      g.qk.set(DNNL_ARG_SRC, const_cast<float*>(Q + c0 * rows * E_));
+      g.qk.set(DNNL_ARG_WEIGHTS, const_cast<float*>(K + c0 * S_ * E_));
+      g.qk.set(DNNL_ARG_DST, scores);
+      g.qk.run();
+      // softmax over each score row, in place: scale, mask, causality
+      parallel_for(nb * rows, std::max<int64_t>(1, 8192 / S_), [&](int64_t rb, int64_t re) {
+        for (int64_t r = rb; r < re; ++r) {
+          const int64_t bhk = c0 + r / rows, gi = r % rows, b = bhk / Hk_, h = (bhk % Hk_) * G_ + gi / L_,
+                        i = gi % L_;
+          const M* mrow = nullptr;
+          if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2];
+          softmax_row(scores + r * S_, mrow, causal_ ? std::min(S_, i + 1) : S_);
+        }
+      });
+      g.pv.set(DNNL_ARG_SRC, scores);
+      g.pv.set(DNNL_ARG_WEIGHTS, const_cast<float*>(V + c0 * S_ * Ev_));
+      g.pv.set(DNNL_ARG_DST, O + c0 * rows * Ev_);
+      g.pv.run();
+    }
+  }
+
+  // p[0..S) <- softmax(p * scale + mask) over keys [0, lim), 0 beyond (causal);
+  // a row whose keys are all masked becomes 0 (so its output row is 0).
+  template <typename M>
+  void softmax_row(float* p, const M* mrow, int64_t lim) const {
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    float mx = ninf;
+    if (mrow) {
+      const int64_t ms = mstr_[3];
+      for (int64_t j = 0; j < lim; ++j) {
+        float s = p[j] * scale_;
+        if constexpr (std::is_same_v<M, bool>) {
+          if (!mrow[j * ms]) s = ninf;
+        } else {
+          s += static_cast<float>(load(mrow[j * ms]));
+        }
+        p[j] = s;
+        mx = std::max(mx, s);
+      }
+    } else {
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < lim; ++j) {
+        p[j] *= scale_;
+        mx = std::max(mx, p[j]);
+      }
+    }
+    for (int64_t j = lim; j < S_; ++j) p[j] = 0.f;
+    if (mx == ninf) {
+      for (int64_t j = 0; j < lim; ++j) p[j] = 0.f;
+      return;
+    }
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < lim; ++j) {
+      float e = vexp(p[j] - mx);
+      p[j] = e;
+      sum += e;
+    }
+    const float inv = 1.f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < lim; ++j) p[j] *= inv;
+  }
+
+  // Row kernel for heads whose scores exceed the GEMM path's budget.
+  template <typename M>
+  void run_rows(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scratch) {
     const int64_t work = B_ * H_ * nblk_;
-    const int64_t grp = H_ / Hk_;
     const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * S_ * (E_ + Ev_)));
     parallel_for(work, grain, [&](int64_t wb, int64_t we) {
       int tid = omp_get_thread_num();
       std::vector<float> local;
       float* buf;
       if (tid < slots_) {
-        buf = scratch_.data() + static_cast<size_t>(tid) * per_slot_;
+        buf = scratch + static_cast<size_t>(tid) * per_slot_;
       } else {
         local.resize(per_slot_);
         buf = local.data();
       }
       float* sc = buf;
-      float* qf = sc + S_;
-      float* acc = qf + E_;
+      float* acc = sc + S_;
       for (int64_t w = wb; w < we; ++w) {
         const int64_t blk = w % nblk_, bh = w / nblk_, b = bh / H_, h = bh % H_;
-        const int64_t hk = h / grp;
-        const float* Kh = K + (b * Hk_ + hk) * S_ * E_;
-        const float* Vh = V + (b * Hk_ + hk) * S_ * Ev_;
+        const float* Kh = K + (b * Hk_ + h / G_) * S_ * E_;
+        const float* Vh = V + (b * Hk_ + h / G_) * S_ * Ev_;
         const int64_t i0 = blk * kRows, i1 = std::min(L_, i0 + kRows);
         for (int64_t i = i0; i < i1; ++i) {
-          const T* qrow = Q + ((b * H_ + h) * L_ + i) * E_;
-          T* orow = O + ((b * H_ + h) * L_ + i) * Ev_;
-          for (int64_t e = 0; e < E_; ++e) qf[e] = static_cast<float>(load(qrow[e]));
+          const float* qf = Q + ((b * H_ + h) * L_ + i) * E_;
+          float* orow = O + ((b * H_ + h) * L_ + i) * Ev_;
           const int64_t lim = causal_ ? std::min(S_, i + 1) : S_;
-          float mx = -std::numeric_limits<float>::infinity();
-          const M* mrow = nullptr;
-          if constexpr (kMask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2];
           for (int64_t j = 0; j < lim; ++j) {
             const float* kr = Kh + j * E_;
             float s = 0.f;
 #pragma omp simd reduction(+ : s)
             for (int64_t e = 0; e < E_; ++e) s += qf[e] * kr[e];
-            s *= scale_;
-            if constexpr (kMask) {
-              if constexpr (std::is_same_v<M, bool>) {
-                if (!mrow[j * mstr_[3]]) s = -std::numeric_limits<float>::infinity();
-              } else {
-                s += static_cast<float>(load(mrow[j * mstr_[3]]));
-              }
-            }
             sc[j] = s;
-            mx = std::max(mx, s);
           }
+          const M* mrow = nullptr;
+          if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2];
+          softmax_row(sc, mrow, lim);
           for (int64_t e = 0; e < Ev_; ++e) acc[e] = 0.f;
-          if (mx == -std::numeric_limits<float>::infinity()) {  // every key masked: 0, as PyTorch's CPU kernels
-            for (int64_t e = 0; e < Ev_; ++e) store(orow[e], static_cast<acc_t<T>>(0.f));
-            continue;
-          }
-          float sum = 0.f;
           for (int64_t j = 0; j < lim; ++j) {
-            float p = std::exp(sc[j] - mx);
-            sum += p;
+            const float p = sc[j];
             if (p == 0.f) continue;
             const float* vr = Vh + j * Ev_;
 #pragma omp simd
             for (int64_t e = 0; e < Ev_; ++e) acc[e] += p * vr[e];
           }
-          const float inv = 1.f / sum;
-          for (int64_t e = 0; e < Ev_; ++e) store(orow[e], static_cast<acc_t<T>>(acc[e] * inv));
+          for (int64_t e = 0; e < Ev_; ++e) orow[e] = acc[e];
         }
       }
     });
   }
 
   DType t_, mask_t_ = DType::b8;
-  int64_t B_, H_, L_, E_, Hk_, S_, Ev_, nblk_;
+  int64_t B_, H_, L_, E_, Hk_, S_, Ev_, G_, nblk_, chunk_ = 1;
   float scale_;
-  bool causal_, has_mask_;
+  bool causal_, has_mask_, gemm_ = false;
   Shape mstr_;
-  std::vector<float> k32_, v32_, scratch_;
+  Gemms full_, rest_;
   int slots_;
   int64_t per_slot_;
 };

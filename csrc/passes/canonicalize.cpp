@@ -37,12 +37,31 @@ bool is_noop(const Node& n) {
   return false;
 }
 
+// matmul(x, permute(w, [1, 0])[, bias]) -> linear(x, w[, bias]) when the shapes allow.
+bool to_linear(Graph& g, Node* n) {
+  Value* t = n->inputs[1];
+  Value* w = t->producer->inputs[0];
+  auto dims = t->producer->attrs.ints("dims");
+  // a bias is carried when it is linear's [out] (matmul's may broadcast along other dims)
+  bool bias_ok =
+      n->inputs.size() == 2 || (n->inputs[2]->type.rank() == 1 && n->inputs[2]->type.size(0) == w->type.size(0));
+  if (!(w->type.rank() == 2 && dims == std::vector<int64_t>{1, 0} && n->inputs[0]->type.rank() >= 2 && bias_ok &&
+        find_op("linear")))
+    return false;
+  std::vector<Value*> ins{n->inputs[0], w};
+  if (n->inputs.size() == 3) ins.push_back(n->inputs[2]);
+  Node* lin = g.insert_node_before(n, "linear", ins, Attrs{}, n->name, n->source);
+  g.replace_all_uses(n->outputs[0], lin->outputs[0]);
+  return true;
+}
+
 }  // namespace
 
 int canonicalize(Graph& g) {
   int total = 0;
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < 64; ++round) {
     int changes = 0;
+    std::vector<Node*> matmuls;  // rewritten after the scan: inserting nodes invalidates the iteration
     for (auto& up : g.nodes()) {
       Node* n = up.get();
       if (is_noop(*n)) {
@@ -56,24 +75,10 @@ int canonicalize(Graph& g) {
         ++changes;
         continue;
       }
-      if (op == "matmul" && (n->inputs.size() == 2 || n->inputs.size() == 3) && is_op(n->inputs[1], "permute")) {
-        Value* t = n->inputs[1];
-        Value* w = t->producer->inputs[0];
-        auto dims = t->producer->attrs.ints("dims");
-        // a bias is carried when it is linear's [out] (matmul's may broadcast along other dims)
-        bool bias_ok = n->inputs.size() == 2 ||
-                       (n->inputs[2]->type.rank() == 1 && n->inputs[2]->type.size(0) == w->type.size(0));
-        if (w->type.rank() == 2 && dims == std::vector<int64_t>{1, 0} && n->inputs[0]->type.rank() >= 2 && bias_ok &&
-            find_op("linear")) {
-          std::vector<Value*> ins{n->inputs[0], w};
-          if (n->inputs.size() == 3) ins.push_back(n->inputs[2]);
-          Node* lin = g.insert_node_before(n, "linear", ins, Attrs{}, n->name, n->source);
-          g.replace_all_uses(n->outputs[0], lin->outputs[0]);
-          ++changes;
-          break;  // node list changed under the iterator
-        }
-      }
+      if (op == "matmul" && (n->inputs.size() == 2 || n->inputs.size() == 3) && is_op(n->inputs[1], "permute"))
+        matmuls.push_back(n);
     }
+    for (Node* n : matmuls) changes += to_linear(g, n);
     if (changes) eliminate_dead_code(g);
     total += changes;
     if (!changes) break;

@@ -217,6 +217,26 @@ TEST(Passes, CanonicalizeReshapes) {
   EXPECT_EQ(g.nodes()[0]->inputs[0], x);
 }
 
+TEST(Passes, CanonicalizeEveryTransposedWeightMatmulToLinear) {
+  // a 40-layer chain of matmul(x, permute(w, [1, 0])): every one becomes linear(x, w)
+  Graph g;
+  Value* x = g.add_input(f32({3, 8}), "x");
+  Attrs t;
+  t.set("dims", std::vector<int64_t>{1, 0});
+  for (int i = 0; i < 40; ++i) {
+    Value* w = g.add_const(f32({8, 8}), filled(64, 0.01f), "w" + std::to_string(i));
+    x = g.add_node("matmul", {x, g.add_node("permute", {w}, t)->out()}, Attrs{})->out();
+  }
+  g.set_outputs({x});
+  EXPECT_EQ(canonicalize(g), 40);
+  g.verify();
+  ASSERT_EQ(g.nodes().size(), 40u);
+  for (auto& n : g.nodes()) {
+    EXPECT_STREQ(n->op->name, "linear");
+    EXPECT_TRUE(n->inputs[1]->is_const());
+  }
+}
+
 TEST(Passes, MaterializeOutputs) {
   Graph g;
   Value* x = g.add_input(f32({2}), "x");

@@ -387,50 +387,5 @@ TEST(FusedKernel, MalformedProgramsThrowWithContext) {
   }
 }
 
-// Not a test: the chained-elementwise micro case (run with
-// --gtest_also_run_disabled_tests --gtest_filter='*ChainBenchmark*').
-TEST(FusedKernel, DISABLED_ChainBenchmark) {
-  // wall time and this thread's CPU time (the machine is shared: CPU time is the steadier one)
-  set_num_threads(1);
-  auto cpu_us = [] {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-  };
-  for (int64_t n : {int64_t{16}, int64_t{1} << 20, int64_t{1} << 23}) {
-    for (bool fuse : {true, false}) {
-      Graph g;
-      Value* x = g.add_input(TensorType(DType::f32, {n}), "x");
-      Value* c1 = g.add_input(TensorType(DType::f32, {}), "c1");
-      Value* c2 = g.add_input(TensorType(DType::f32, {}), "c2");
-      Value* v = x;
-      for (int i = 0; i < 100; ++i) v = op(g, "add", {op(g, "mul", {v, c1}), c2});
-      g.set_outputs({v});
-      PipelineOptions opt;
-      if (!fuse) opt.disabled.insert("fuse_elementwise");
-      run_pipeline(g, opt);
-      Executor ex(compile_program(g));
-      std::vector<float> xd(n, 0.5f), o(n);
-      float a = 0.999f, b = 0.001f;
-      std::vector<void*> ins = {xd.data(), &a, &b};
-      std::vector<void*> outs = {o.data()};
-      const int reps = n < 1000 ? 20000 : n < (1 << 22) ? 20 : 5;
-      std::vector<double> ts, cs;
-      for (int r = 0; r < reps; ++r) {
-        double c0 = cpu_us();
-        auto t0 = std::chrono::steady_clock::now();
-        ex.run_into(ins.data(), outs.data());
-        ts.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-        cs.push_back(cpu_us() - c0);
-      }
-      std::sort(ts.begin(), ts.end());
-      std::sort(cs.begin(), cs.end());
-      std::printf("numel %8lld  %-8s  %3zu nodes  wall median %10.2f us  cpu median %10.2f us  threads %d\n",
-                  static_cast<long long>(n), fuse ? "fused" : "unfused", g.nodes().size(), ts[ts.size() / 2],
-                  cs[cs.size() / 2], num_threads());
-    }
-  }
-}
-
 }  // namespace
 }  // namespace ag

@@ -84,6 +84,28 @@ def test_sdpa_large_scores_stable():
     assert torch.isfinite(got).all()
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_chunked_batches(causal):
+    # 1024x1024 scores per head: the GEMM path takes (batch, head) pairs in
+    # chunks of 4 under its score budget, so 2x3 pairs run as a chunk of 4 and
+    # a remainder of 2; a float mask per batch checks the chunk offsets
+    q, k, v = r(2, 3, 1024, 16), r(2, 3, 1024, 16), r(2, 3, 1024, 8)
+    mask = r(2, 1, 1024, 1024)
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else m,
+                                                            is_causal=causal), q, k, v, mask,
+          atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sdpa_long_sequence_row_kernel(dtype):
+    # 2100x2100 scores for one head exceed the score budget: the row kernel runs
+    q, k, v = r(1, 1, 2100, 8, dtype=dtype), r(1, 1, 2100, 8, dtype=dtype), r(1, 1, 2100, 8, dtype=dtype)
+    keep = torch.rand(1, 1, 2100, 2100) > 0.3
+    keep[..., 7, :] = False  # a fully masked row gives 0
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, keep)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+
+
 def _fallback_equal(fn, *args):
     torch._dynamo.reset()
     with torch.no_grad():

@@ -187,6 +187,16 @@ def test_softmax_extremes():
     check(lambda x: (F.softmax(x, 1), F.log_softmax(x, 1)), big)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_safe_softmax_dead_rows_give_zero(dim, dtype):
+    x = (torch.randn(4, 9) * 3).to(dtype)
+    x[1] = float("-inf")  # a dead row (dim -1)
+    x[:, 2] = float("-inf")  # a dead column (dim 0)
+    x[3, 5] = float("-inf")
+    check(lambda x: torch.ops.aten._safe_softmax(x, dim), x)
+
+
 def test_softmax_dtype_kwarg_and_long_rows():
     x = rand(4, 16, dtype=torch.bfloat16)
     check(lambda x: F.softmax(x, -1, dtype=torch.float32), x)

@@ -230,6 +230,20 @@ def _softmax(ctx, node, x, dim, half_to_float):
     return _softmax_like("softmax", ctx, node, x, dim, half_to_float)
 
 
+@lowering(aten._safe_softmax.default)
+def _safe_softmax(ctx, node, x, dim, dtype=None):
+    # softmax, except that a row whose inputs are all -inf gives 0 (SDPA's math path)
+    v = ctx.value(x)
+    if dtype is not None:
+        v = ctx.cast(v, dtype)
+    if ctx.dtype(v) not in _FLOATS:
+        raise Unsupported(f"_safe_softmax of {ctx.dtype(v)}")
+    sm = ctx.emit("softmax", [v], {"dim": int(dim)})
+    dead = ctx.emit("eq", [ctx.emit("amax", [v], {"dims": [int(dim)], "keepdim": True}),
+                           ctx.const(float("-inf"), ctx.dtype(v))])
+    return ctx.emit("where", [dead, ctx.const(0.0, ctx.dtype(v)), sm])
+
+
 @lowering(aten._log_softmax.default)
 def _log_softmax(ctx, node, x, dim, half_to_float):
     return _softmax_like("log_softmax", ctx, node, x, dim, half_to_float)
