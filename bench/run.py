@@ -28,37 +28,65 @@ BACKENDS = ["eager", "inductor", "airgraph", "openvino"]
 BATCH8 = {"bert", "vit", "resnet50", "mobilenetv2", "minilm"}  # encoders and CNNs
 
 
-def _compile(model, backend: str):
+_BACKEND_S = [0.0]  # seconds spent inside the backend compiler (after Dynamo's tracing)
+
+
+def _timed(fn):
+    def backend(gm, example_inputs, **kw):
+        t0 = time.perf_counter()
+        try:
+            return fn(gm, example_inputs, **kw)
+        finally:
+            _BACKEND_S[0] += time.perf_counter() - t0
+
+    return backend
+
+
+def _compile(model, backend: str, **airgraph_config):
     import torch
 
     if backend == "eager":
         return model
     if backend == "inductor":
-        return torch.compile(model)
+        from torch._inductor.compile_fx import compile_fx
+
+        return torch.compile(model, backend=_timed(compile_fx))
     if backend == "airgraph":
-        return torch.compile(model, backend="airgraph")
+        import airgraph
+
+        return torch.compile(model, backend=_timed(airgraph.get_backend(airgraph.CompilerConfig(**airgraph_config))))
     if backend == "openvino":
         import openvino.torch  # noqa: F401  (registers the backend)
+        from torch._dynamo import lookup_backend
 
-        return torch.compile(model, backend="openvino", options={"device": "CPU"})
+        ov = lookup_backend("openvino")
+        return torch.compile(model, backend=_timed(lambda gm, ex: ov(gm, ex, options={"device": "CPU"})))
     raise ValueError(backend)
 
 
 def worker(model_name: str, backend: str, batch: int, runs: int, size: str) -> dict:
+    import tempfile
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # cold means cold: no Inductor/AOT caches on disk from earlier runs
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="airgraph_bench_inductor_")
     import torch
 
     torch.set_num_threads(2)
-    from airgraph import zoo
+    from airgraph import backend as ag_backend, zoo
 
     model, args, kwargs = zoo.build(model_name, size=size, batch=batch)
     res = dict(model=model_name, backend=backend, batch=batch)
+    reports = []
+    ag_backend._REPORT_SINKS.append(reports)
     with torch.no_grad():
         want = model(*args, **kwargs)
         t0 = time.perf_counter()
         fn = _compile(model, backend)
         out = fn(*args, **kwargs)
         res["cold_compile_s"] = time.perf_counter() - t0 if backend != "eager" else 0.0
+        res["backend_s"] = _BACKEND_S[0]
+        res["engine_ms"] = sum(r.compile_ms for r in reports)
         for _ in range(3):
             fn(*args, **kwargs)
         ts = []
@@ -93,62 +121,94 @@ def _max_diff(a, b) -> float:
                for x, y in zip(flat(a), flat(b)))
 
 
-def micro(n_ops: int = 200, numel: int = 16, runs: int = 200) -> list[dict]:
-    """Host overhead: N chained tiny elementwise ops; time per node."""
-    import torch
+def _call_ns(fn, x, runs: int) -> float:
+    for _ in range(10):
+        fn(x)
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        fn(x)
+        ts.append(time.perf_counter_ns() - t0)
+    return statistics.median(ts)
 
-    torch.set_num_threads(2)
 
+def _chain(steps: int):
     def chain(x):
-        for i in range(n_ops):
+        for i in range(steps):
             x = x * 1.0001 + 0.0001 if i % 2 == 0 else torch.relu(x)
         return x
 
-    n_nodes = n_ops + n_ops // 2  # mul+add on even steps, relu on odd
+    import torch
+
+    return chain, steps + (steps + 1) // 2  # mul+add on even steps, relu on odd
+
+
+MICRO_BACKENDS = [("eager", {}), ("inductor", {}), ("airgraph", {}),
+                  ("airgraph (fusion off)", {"disable_passes": ["fuse_elementwise"]})]
+
+
+def micro(sizes=(20, 200), numel: int = 16, runs: int = 300) -> list[dict]:
+    """Host overhead: chains of tiny elementwise ops (16 elements) at two lengths.
+    Per call, and per node as the slope between the two lengths (the fixed cost
+    of a call -- Dynamo's guards, AOTAutograd's wrapper, the boundary -- cancels)."""
+    import torch
+
+    torch.set_num_threads(2)
     x = torch.randn(numel)
     rows = []
-    for backend in ["eager", "inductor", "airgraph"]:
-        torch._dynamo.reset()
-        fn = chain if backend == "eager" else _compile(chain, backend)
-        with torch.no_grad():
-            for _ in range(5):
-                fn(x)
-            ts = []
-            for _ in range(runs):
-                t0 = time.perf_counter_ns()
-                fn(x)
-                ts.append(time.perf_counter_ns() - t0)
-        med = statistics.median(ts)
-        rows.append(dict(backend=backend, nodes=n_nodes, call_us=med / 1000, ns_per_node=med / n_nodes))
+    for name, cfg in MICRO_BACKENDS:
+        pts = []
+        for steps in sizes:
+            torch._dynamo.reset()
+            chain, nodes = _chain(steps)
+            fn = chain if name == "eager" else _compile(chain, name.split()[0], **cfg)
+            with torch.no_grad():
+                pts.append((nodes, _call_ns(fn, x, runs)))
+        (n0, t0), (n1, t1) = pts
+        rows.append(dict(backend=name, nodes=[n0, n1], call_us=[t0 / 1000, t1 / 1000],
+                         ns_per_node=(t1 - t0) / (n1 - n0)))
     return rows
 
 
-def engine_overhead(n_ops: int = 200, numel: int = 16, runs: int = 2000) -> dict:
-    """The engine's own per-node cost (C++ run loop, no Python): one call of an
-    N-node graph of tiny ops through the C++ executor, minus nothing."""
+def fusion(steps: int = 100, numel: int = 1 << 20, runs: int = 20) -> list[dict]:
+    """An elementwise chain on a large tensor: one pass over memory (fused) or one per op."""
+    import torch
+
+    torch.set_num_threads(2)
+    x = torch.randn(numel)
+    rows = []
+    for name, cfg in MICRO_BACKENDS:
+        torch._dynamo.reset()
+        chain, nodes = _chain(steps)
+        fn = chain if name == "eager" else _compile(chain, name.split()[0], **cfg)
+        with torch.no_grad():
+            rows.append(dict(backend=name, nodes=nodes, numel=numel, ms=_call_ns(fn, x, runs) / 1e6))
+    return rows
+
+
+def engine_overhead(sizes=(20, 200), numel: int = 16, runs: int = 3000) -> dict:
+    """The C++ executor's cost per instruction: graphs of N unfused tiny ops (neg,
+    relu alternating) run from Python; per-node cost is the slope between two N."""
     import torch
 
     import airgraph
 
-    g = airgraph._C.Graph()
-    v = g.add_input("float32", [numel], "x")
-    for i in range(n_ops):
-        v = g.add_node("relu" if i % 2 else "neg", [v], {}, f"n{i}", "")[0]
-    g.set_outputs([v])
-    g.optimize()
-    exe = g.compile()
     x = torch.randn(numel)
-    for _ in range(10):
+    pts = []
+    for n_ops in sizes:
+        g = airgraph._C.Graph()
+        v = g.add_input("float32", [numel], "x")
+        for i in range(n_ops):
+            v = g.add_node("relu" if i % 2 else "neg", [v], {}, f"n{i}", "")[0]
+        g.set_outputs([v])
+        g.optimize({"fuse_elementwise"})
+        exe = g.compile()
+        pts.append(_call_ns(lambda t: exe.run([t]), x, runs))
+        exe.set_profiling(True)
         exe.run([x])
-    t0 = time.perf_counter_ns()
-    for _ in range(runs):
-        exe.run([x])
-    per_call = (time.perf_counter_ns() - t0) / runs
-    exe.set_profiling(True)
-    exe.run([x])
-    kernel_ns = sum(exe.last_times_ns())
-    return dict(nodes=n_ops, call_ns=per_call, ns_per_node=per_call / n_ops,
-                kernel_ns_per_node=kernel_ns / n_ops)
+        kernel_ns = sum(exe.last_times_ns())
+    (n0, n1), (t0, t1) = sizes, pts
+    return dict(nodes=list(sizes), call_ns=pts, ns_per_node=(t1 - t0) / (n1 - n0), kernel_ns_per_node=kernel_ns / n1)
 
 
 def main():
@@ -159,6 +219,8 @@ def main():
     ap.add_argument("--size", default="full")
     ap.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "BATCH"))
     ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--no-micro", action="store_true", help="skip the host-overhead and fusion micro-benchmarks")
+    ap.add_argument("--micro-only", action="store_true", help="only the micro-benchmarks")
     a = ap.parse_args()
     if a.worker:
         print("RESULT " + json.dumps(worker(a.worker[0], a.worker[1], int(a.worker[2]), a.runs, a.size)))
@@ -166,7 +228,7 @@ def main():
     sys.path.insert(0, os.path.join(HERE, "..", "python"))
     from airgraph import zoo
 
-    models = a.models.split(",") if a.models else zoo.names()
+    models = [] if a.micro_only else ([m for m in a.models.split(",") if m] or zoo.names())
     backends = a.backends.split(",")
     os.makedirs(RESULTS, exist_ok=True)
     rows = []
@@ -187,64 +249,110 @@ def main():
                     r = dict(model=m, backend=b, batch=batch, error=f"timeout after {a.timeout}s")
                 rows.append(r)
                 print(json.dumps(r), flush=True)
-    micro_rows = micro() if "airgraph" in backends else []
-    eng = engine_overhead() if "airgraph" in backends else {}
-    write_results(rows, micro_rows, eng, a)
+    micro_rows, fusion_rows, eng = [], [], {}
+    if "airgraph" in backends and not a.no_micro:
+        micro_rows, fusion_rows, eng = micro(), fusion(), engine_overhead()
+    write_results(rows, micro_rows, fusion_rows, eng, a)
 
 
-def write_results(rows, micro_rows, eng, a):
+def _geomean(xs):
+    g = 1.0
+    for x in xs:
+        g *= x
+    return g ** (1 / len(xs)) if xs else float("nan")
+
+
+def write_results(rows, micro_rows, fusion_rows, eng, a):
     import platform
 
     import torch
 
-    eager = {(r["model"], r["batch"]): r.get("median_ms") for r in rows if r["backend"] == "eager"}
-    ind = {(r["model"], r["batch"]): r for r in rows if r["backend"] == "inductor"}
+    ok = [r for r in rows if "error" not in r]
+    by = {(r["model"], r["batch"], r["backend"]): r for r in ok}
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     lines = [
         f"# airgraph benchmark ({time.strftime('%Y-%m-%d %H:%M')})",
         "",
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"2 threads, {a.size} configs, median of {a.runs} runs. OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')} "
-        "(GEMM/conv: oneDNN for airgraph; PyTorch's own oneDNN/MKL paths for eager and Inductor).",
+        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, 2 threads, {a.size} configs, "
+        f"median of {a.runs} runs, each (model, batch, backend) in its own process. Cold compile: the first "
+        "call in a fresh process (Dynamo + the backend; Inductor with an empty cache dir); backend: the part "
+        "inside the backend compiler (after Dynamo's tracing; for airgraph and Inductor it includes "
+        "AOTAutograd), in brackets airgraph's own part (lowering, passes, planning, kernel creation). "
+        "Warm compile: again in the same process after torch._dynamo.reset(). Peak RSS: ru_maxrss of the "
+        "process (model, inputs, eager reference output included).",
         "",
-        "| model | batch | backend | median ms | speedup vs eager | cold compile s | warm compile s | peak RSS MB | max diff |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | batch | backend | median ms | vs eager | cold compile s | backend s | warm compile s "
+        "| peak RSS MB | max diff |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | error: {r['error']} | | | | | |")
+            lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | error: {r['error']} | | | | | | |")
             continue
-        e = eager.get((r["model"], r["batch"]))
-        sp = f"{e / r['median_ms']:.2f}x" if e else ""
+        e = by.get((r["model"], r["batch"], "eager"))
+        sp = f"{e['median_ms'] / r['median_ms']:.2f}x" if e else ""
+        bk = f"{r.get('backend_s', 0):.1f}" if r["backend"] != "eager" else ""
+        if r["backend"] == "airgraph":
+            bk += f" ({r.get('engine_ms', 0) / 1000:.2f})"
         lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | {r['median_ms']:.2f} | {sp} | "
-                     f"{r['cold_compile_s']:.1f} | {r['warm_compile_s']:.1f} | {r['peak_rss_mb']:.0f} | "
+                     f"{r['cold_compile_s']:.1f} | {bk} | {r['warm_compile_s']:.1f} | {r['peak_rss_mb']:.0f} | "
                      f"{r['max_diff']:.1e} |")
-    # geometric mean of airgraph over inductor
-    ratios = []
-    for r in rows:
-        i = ind.get((r["model"], r["batch"]))
-        if r["backend"] == "airgraph" and "error" not in r and i and "error" not in i:
-            ratios.append(i["median_ms"] / r["median_ms"])
-    if ratios:
-        gm = 1.0
-        for x in ratios:
-            gm *= x
-        gm **= 1 / len(ratios)
-        lines += ["", f"Geometric-mean speedup of airgraph over Inductor: {gm:.2f}x over {len(ratios)} model/batch pairs."]
+    # the targets
+    ag = [r for r in ok if r["backend"] == "airgraph"]
+    summary = []
+    over_ind = [(r, by[(r["model"], r["batch"], "inductor")]) for r in ag if (r["model"], r["batch"], "inductor") in by]
+    if over_ind:
+        gm = _geomean([i["median_ms"] / r["median_ms"] for r, i in over_ind])
+        summary.append(f"- geometric-mean speedup of airgraph over Inductor: **{gm:.2f}x** over {len(over_ind)} "
+                       "model/batch pairs (target >= 1.2x)")
+        ratios = [(r["model"], r["batch"], r["cold_compile_s"] / i["cold_compile_s"]) for r, i in over_ind
+                  if i["cold_compile_s"]]
+        if ratios:
+            summary.append("- cold compile, airgraph / Inductor (target <= 0.05): " + ", ".join(
+                f"{m} b{b} {x:.2f}" for m, b, x in ratios))
+    vs_eager = [(r, by[(r["model"], r["batch"], "eager")]) for r in ag if (r["model"], r["batch"], "eager") in by]
+    if vs_eager:
+        slow = [f"{r['model']} b{r['batch']} {e['median_ms'] / r['median_ms']:.2f}x" for r, e in vs_eager
+                if r["median_ms"] >= e["median_ms"]]
+        b1 = [(r, e) for r, e in vs_eager if r["batch"] == 1]
+        summary.append(f"- faster than eager at batch 1: {sum(r['median_ms'] < e['median_ms'] for r, e in b1)} of "
+                       f"{len(b1)} models; not faster: {', '.join(slow) or 'none'}")
+        summary.append(f"- geometric-mean speedup over eager: {_geomean([e['median_ms'] / r['median_ms'] for r, e in vs_eager]):.2f}x")
+        mem = [f"{r['model']} b{r['batch']} +{r['peak_rss_mb'] - e['peak_rss_mb']:.0f} MB" for r, e in vs_eager
+               if r["peak_rss_mb"] > e["peak_rss_mb"]]
+        summary.append(f"- peak RSS above eager's: {', '.join(mem) or 'none'}")
+    if summary:
+        lines += ["", "Targets:", ""] + summary
     if micro_rows:
-        lines += ["", "Host overhead: 200 chained elementwise steps (300 ATen nodes) on 16-element tensors", "",
-                  "| backend | call us | ns per node |", "|---|---|---|"]
+        n0, n1 = micro_rows[0]["nodes"]
+        lines += ["", f"Host overhead: chained elementwise ops on 16-element tensors, {n0} and {n1} ATen nodes; "
+                      "per node = the slope between the two (fixed per-call costs cancel)", "",
+                  f"| backend | call us ({n0} nodes) | call us ({n1} nodes) | ns per node |", "|---|---|---|---|"]
         for m in micro_rows:
-            lines.append(f"| {m['backend']} | {m['call_us']:.1f} | {m['ns_per_node']:.0f} |")
+            lines.append(f"| {m['backend']} | {m['call_us'][0]:.1f} | {m['call_us'][1]:.1f} | "
+                         f"{m['ns_per_node']:.0f} |")
     if eng:
-        lines += ["", f"Engine run loop alone (C++ executor, 200-node graph, called from Python): "
-                      f"{eng['call_ns'] / 1000:.1f} us per call, {eng['ns_per_node']:.0f} ns per node, of which "
-                      f"{eng['kernel_ns_per_node']:.0f} ns in the kernels."]
+        lines += ["", f"Engine run loop alone (C++ executor, unfused graphs of {eng['nodes'][0]} and {eng['nodes'][1]} "
+                      f"tiny ops called from Python): {eng['call_ns'][0] / 1000:.1f} / {eng['call_ns'][1] / 1000:.1f} "
+                      f"us per call, {eng['ns_per_node']:.0f} ns per instruction, of which "
+                      f"{eng['kernel_ns_per_node']:.0f} ns in the kernel."]
+    if fusion_rows:
+        f0 = fusion_rows[0]
+        lines += ["", f"Fusion: the same chain ({f0['nodes']} ATen nodes) on {f0['numel']} float32 elements", "",
+                  "| backend | ms |", "|---|---|"]
+        for f in fusion_rows:
+            lines.append(f"| {f['backend']} | {f['ms']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(RESULTS, "latest.md"), "w") as f:
         f.write(text)
     with open(os.path.join(RESULTS, "latest.json"), "w") as f:
-        json.dump(dict(rows=rows, micro=micro_rows, engine=eng), f, indent=1)
+        json.dump(dict(rows=rows, micro=micro_rows, fusion=fusion_rows, engine=eng), f, indent=1)
     _chart(rows)
 
 

@@ -24,7 +24,28 @@ def _preload_onednn():
                 pass
 
 
+# The kernels are compiled for x86-64-v3 (AVX2, FMA, F16C, BMI2); oneDNN picks its
+# own code path (up to AVX-512/AMX) at run time. Refuse clearly, rather than die
+# on an illegal instruction, on a CPU without them.
+_REQUIRED_FLAGS = ("avx2", "fma", "f16c", "bmi2")
+
+
+def _check_cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), None)
+    except OSError:
+        return
+    if flags is None:
+        return
+    missing = [x for x in _REQUIRED_FLAGS if x not in flags]
+    if missing:
+        raise ImportError(f"airgraph's kernels need an x86-64-v3 CPU (AVX2, FMA, F16C, BMI2); this CPU lacks "
+                          f"{', '.join(missing)}. Use another torch.compile backend on this machine.")
+
+
 def _load():
+    _check_cpu()
     _preload_onednn()
     ext_dir = os.environ.get("AIRGRAPH_EXT_DIR")
     if ext_dir:

@@ -176,3 +176,23 @@ def test_a_crashing_lowering_falls_back(monkeypatch):
     fb = rep.fallbacks()
     assert [n.target for n in fb] == ["aten.tanh.default"], str(rep)
     assert "simulated bug" in fb[0].reason
+
+
+def test_cpu_without_avx2_is_refused_with_a_clear_error(monkeypatch):
+    import builtins
+    import io
+
+    from airgraph import _core
+
+    real_open = builtins.open
+
+    def fake_open(path, *a, **k):
+        if path == "/proc/cpuinfo":
+            return io.StringIO("processor\t: 0\nflags\t\t: fpu sse sse2 ssse3 sse4_1 sse4_2 avx fma\n")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    with pytest.raises(ImportError, match="lacks avx2, f16c, bmi2"):
+        _core._check_cpu()
+    monkeypatch.setattr(builtins, "open", real_open)
+    _core._check_cpu()  # this machine has them (the extension loaded)
