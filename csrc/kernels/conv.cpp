@@ -158,8 +158,8 @@ class ConvKernel final : public Kernel {
       if (prim_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
       in_ro_.init(plain_desc(xs_, d), pd.src_desc());
       out_ro_.init(pd.dst_desc(), plain_desc(os_, d));
-      if (in_ro_.needed) x_blk_ = alloc_buffer(pd.src_desc().get_size());
-      if (out_ro_.needed) o_blk_ = alloc_buffer(pd.dst_desc().get_size());
+      x_blk_bytes_ = pd.src_desc().get_size();  // blocked copies live in shared scratch slots
+      o_blk_bytes_ = pd.dst_desc().get_size();
       w_plain_ = plain_desc(wg, d);
       w_md_ = pd.weights_desc();
       // post-op operands: plain, except full ones, which are reordered into the dst layout
@@ -182,7 +182,9 @@ class ConvKernel final : public Kernel {
           }
           pa.ro.init(md, pd.dst_desc());
           md = pd.dst_desc();
-          if (pa.ro.needed) pa.buf = alloc_buffer(md.get_size());
+          pa.slot = dnnl_util::kSlotPost + static_cast<int>(i);
+          pa.bytes = md.get_size();
+          if (pa.ro.needed && op.cdata) pa.buf = alloc_buffer(pa.bytes);  // a constant is reordered once
         }
         exec_.bind(pa.arg, md);
         if (op.cdata) {
@@ -227,12 +229,15 @@ class ConvKernel final : public Kernel {
           for (int64_t i = 0; i < per; ++i) w[o * per + i] *= a;
         }
       }
-      packed_ = alloc_buffer(w_md_.get_size());
       Reorder ro;
       ro.init(w_plain_, w_md_);
-      if (ro.needed) ro.run(const_cast<void*>(src), packed_.data());
-      else std::memcpy(packed_.data(), src, w_md_.get_size());
-      exec_.set(DNNL_ARG_WEIGHTS, packed_.data());
+      if (ro.needed) {
+        packed_ = alloc_buffer(w_md_.get_size());
+        ro.run(const_cast<void*>(src), packed_.data());
+      } else {
+        packed_ = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
+      }
+      exec_.set(DNNL_ARG_WEIGHTS, packed_.data() ? packed_.data() : const_cast<void*>(src));
     }
   }
 
@@ -250,8 +255,9 @@ class ConvKernel final : public Kernel {
       x = x_f32_.data();
     }
     if (in_ro_.needed) {
-      in_ro_.run(x, x_blk_.data());
-      x = x_blk_.data();
+      void* blk = dnnl_util::shared_scratch(dnnl_util::kSlotSrc, x_blk_bytes_);
+      in_ro_.run(x, blk);
+      x = blk;
     }
     exec_.set(DNNL_ARG_SRC, x);
     if (!w_const_) {
@@ -273,7 +279,7 @@ class ConvKernel final : public Kernel {
     for (PostArg& pa : post_)
       if (pa.input >= 0) exec_.set(pa.arg, pa.prepare(in[pa.input]));
     void* o_plain = emu_ ? out_f32_.data() : out[0];
-    void* o = out_ro_.needed ? o_blk_.data() : o_plain;
+    void* o = out_ro_.needed ? dnnl_util::shared_scratch(dnnl_util::kSlotDst, o_blk_bytes_) : o_plain;
     exec_.set(DNNL_ARG_DST, o);
     exec_.run();
     if (out_ro_.needed) out_ro_.run(o, o_plain);
@@ -345,7 +351,9 @@ class ConvKernel final : public Kernel {
   struct PostArg {
     int arg = 0, input = -1;  // input: node input to bind per call (-1: bound once)
     Reorder ro;               // full operands: plain -> dst layout
-    Buffer buf;
+    Buffer buf;               // constant operands: reordered once; others use shared slot `slot`
+    int slot = 0;
+    size_t bytes = 0;
     DType widen = DType::f32;  // != f32: widen the operand to f32 first
     int64_t n = 0;
     Buffer wide;
@@ -355,8 +363,9 @@ class ConvKernel final : public Kernel {
         p = wide.data();
       }
       if (!ro.needed) return p;
-      ro.run(p, buf.data());
-      return buf.data();
+      void* dst = buf.data() ? buf.data() : dnnl_util::shared_scratch(slot, bytes);
+      ro.run(p, dst);
+      return dst;
     }
   };
 
@@ -373,7 +382,8 @@ class ConvKernel final : public Kernel {
   Exec exec_;
   Reorder in_ro_, out_ro_;
   dnnl::memory::desc w_plain_, w_md_;
-  Buffer packed_, x_blk_, o_blk_, x_f32_, w_f32_, bias_f32_, out_f32_;
+  Buffer packed_, x_f32_, w_f32_, bias_f32_, out_f32_;
+  size_t x_blk_bytes_ = 0, o_blk_bytes_ = 0;
   std::string name_ = "onednn_conv";
 };
 

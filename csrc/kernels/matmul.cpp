@@ -285,12 +285,15 @@ class GemmKernel final : public Kernel {
       to_f32(s_.t, src, static_cast<float*>(tmp.data()), b_n_);
       src = tmp.data();
     }
-    packed_ = alloc_buffer(b_md_.get_size());
     Reorder ro;
     ro.init(b_plain_md_, b_md_);
-    if (ro.needed) ro.run(const_cast<void*>(src), packed_.data());
-    else std::memcpy(packed_.data(), src, b_md_.get_size());
-    exec_.set(DNNL_ARG_WEIGHTS, packed_.data());
+    if (ro.needed) {
+      packed_ = alloc_buffer(b_md_.get_size());
+      ro.run(const_cast<void*>(src), packed_.data());
+    } else {
+      packed_ = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
+    }
+    exec_.set(DNNL_ARG_WEIGHTS, packed_.data() ? packed_.data() : const_cast<void*>(src));
   }
 
   // Bias added by hand, in f32, through broadcast strides.

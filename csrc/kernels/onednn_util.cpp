@@ -82,13 +82,19 @@ dnnl::primitive_attr default_attr() {
   return a;
 }
 
+void* shared_scratch(int slot, size_t bytes) {
+  constexpr int kSlots = 16;
+  AG_CHECK(slot >= 0 && slot < kSlots, "shared_scratch: slot ", slot, " out of range");
+  thread_local Buffer slots[kSlots];
+  Buffer& b = slots[slot];
+  if (b.bytes < bytes) b = alloc_buffer(bytes);
+  return b.data();
+}
+
 void Exec::init(const dnnl::primitive& p, const dnnl::memory::desc& scratch_md) {
   prim = p;
-  size_t sz = scratch_md.get_size();
-  if (sz) {
-    scratch = alloc_buffer(sz);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_md, engine(), scratch.data()));
-  }
+  scratch_bytes = scratch_md.get_size();
+  if (scratch_bytes) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_md, engine(), DNNL_MEMORY_NONE));
 }
 
 void Exec::bind(int arg, const dnnl::memory::desc& md) {

@@ -39,6 +39,14 @@ struct Buffer {
 };
 Buffer alloc_buffer(size_t bytes);
 
+// Per-thread scratch shared by every kernel. An executor runs one kernel at a
+// time on a thread, so a slot only has to hold what one kernel needs during its
+// own run: per-call buffers (blocked copies of activations, oneDNN scratchpads)
+// cost the largest one's size instead of the sum over all nodes. Fetch the
+// pointer inside run() and never keep it (a later, larger request moves it).
+enum Slot : int { kSlotSrc = 0, kSlotDst = 1, kSlotPad = 2, kSlotPost = 3 /* + post-op index */ };
+void* shared_scratch(int slot, size_t bytes);
+
 // Element conversions between the engine's storage and f32 (used when a
 // 16-bit dtype has no native oneDNN implementation on this CPU). Parallel.
 void to_f32(DType src_t, const void* src, float* dst, int64_t n);
@@ -57,14 +65,19 @@ bool try_make_pd(PD& out, F&& make) {
 }
 
 // Runs a primitive with a prebuilt argument map: only data handles change per call.
+// The oneDNN scratchpad lives in the shared slot kSlotPad.
 struct Exec {
   dnnl::primitive prim;
   std::unordered_map<int, dnnl::memory> args;
-  Buffer scratch;
+  size_t scratch_bytes = 0;
   void init(const dnnl::primitive& p, const dnnl::memory::desc& scratch_md);
   void bind(int arg, const dnnl::memory::desc& md);  // memory with no handle yet
   void set(int arg, void* ptr) { args.at(arg).set_data_handle(ptr); }
-  void run() { prim.execute(stream(), args); stream().wait(); }
+  void run() {
+    if (scratch_bytes) set(DNNL_ARG_SCRATCHPAD, shared_scratch(kSlotPad, scratch_bytes));
+    prim.execute(stream(), args);
+    stream().wait();
+  }
 };
 
 // Reorder between two descriptors, prebuilt.
