@@ -17,6 +17,7 @@ int fold_constants(Graph& g, size_t max_bytes);  // run nodes whose inputs are a
 int eliminate_common_subexpressions(Graph& g);
 int eliminate_dead_code(Graph& g);
 int materialize_outputs(Graph& g);
+int fuse_norms(Graph& g);        // decomposed RMSNorm (pow/mean/add eps/rsqrt/mul[/mul weight]) -> rms_norm
 int fuse_epilogues(Graph& g);     // linear/matmul/conv + bias/activation/residual add -> one oneDNN primitive
 int fuse_elementwise(Graph& g);   // chains of elementwise ops -> one tiled kernel  // graph outputs that are inputs/constants/duplicates get a copy
 

@@ -3,7 +3,10 @@
 //   fold_constants    after canonicalize (fewer, larger foldable regions)
 //   cse               after folding: folded constants are compared by identity
 //   dce               drops what cse and folding left unused
-//   fuse_epilogues    after dce (use counts are final): an activation or residual
+//   fuse_norms        after dce (use counts are final): a decomposed RMSNorm
+//                     chain becomes one rms_norm node; before the elementwise
+//                     fusions, which would otherwise split the chain up
+//   fuse_epilogues    after fuse_norms: an activation or residual
 //                     add is absorbed into the GEMM/conv that feeds it
 //   fuse_elementwise  after fuse_epilogues, so that it fuses only what is left
 //   materialize_outputs  last: outputs must be fresh buffers whatever came before
@@ -15,7 +18,7 @@
 namespace ag {
 
 std::vector<std::string> pass_names() {
-  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_epilogues", "fuse_elementwise", "materialize_outputs"};
+  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_norms", "fuse_epilogues", "fuse_elementwise", "materialize_outputs"};
 }
 
 std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
@@ -37,6 +40,7 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const A
     return c;
   });
   run("dce", [&] { return eliminate_dead_code(g); });
+  run("fuse_norms", [&] { return fuse_norms(g); });
   run("fuse_epilogues", [&] { return fuse_epilogues(g); });
   run("fuse_elementwise", [&] { return fuse_elementwise(g); });
   // Not optional: the executor relies on it.
