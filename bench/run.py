@@ -170,8 +170,9 @@ def micro(sizes=(20, 200), numel: int = 16, runs: int = 300) -> list[dict]:
     return rows
 
 
-def fusion(steps: int = 100, numel: int = 1 << 20, runs: int = 20) -> list[dict]:
-    """An elementwise chain on a large tensor: one pass over memory (fused) or one per op."""
+def fusion(steps: int = 100, numel: int = 1 << 23, runs: int = 5) -> list[dict]:
+    """An elementwise chain on a tensor larger than the caches (32 MiB): one pass over memory
+    (fused) or one pass per op."""
     import torch
 
     torch.set_num_threads(2)
