@@ -100,8 +100,12 @@ def worker(model_name: str, backend: str, batch: int, runs: int, size: str) -> d
         if backend != "eager":
             torch._dynamo.reset()
             t0 = time.perf_counter()
-            _compile(model, backend)(*args, **kwargs)
-            res["warm_compile_s"] = time.perf_counter() - t0
+            try:
+                _compile(model, backend)(*args, **kwargs)
+                res["warm_compile_s"] = time.perf_counter() - t0
+            except Exception as e:  # a backend that cannot compile twice in one process
+                res["warm_compile_s"] = float("nan")
+                res["warm_error"] = f"{type(e).__name__}: {e}"[:200]
         else:
             res["warm_compile_s"] = 0.0
     return res
@@ -147,24 +151,36 @@ MICRO_BACKENDS = [("eager", {}), ("inductor", {}), ("airgraph", {}),
                   ("airgraph (fusion off)", {"disable_passes": ["fuse_elementwise"]})]
 
 
-def micro(sizes=(20, 200), numel: int = 16, runs: int = 300) -> list[dict]:
-    """Host overhead: chains of tiny elementwise ops (16 elements) at two lengths.
-    Per call, and per node as the slope between the two lengths (the fixed cost
-    of a call -- Dynamo's guards, AOTAutograd's wrapper, the boundary -- cancels)."""
+def chain_worker(backend_index: int, steps: int, numel: int, runs: int) -> dict:
+    """One chain measurement in a fresh process: Dynamo's per-code-object caches
+    from earlier compiles would otherwise add guard checks to every call."""
     import torch
 
     torch.set_num_threads(2)
-    x = torch.randn(numel)
+    name, cfg = MICRO_BACKENDS[backend_index]
+    chain, nodes = _chain(steps)
+    fn = chain if name == "eager" else _compile(chain, name.split()[0], **cfg)
+    with torch.no_grad():
+        return dict(backend=name, nodes=nodes, numel=numel, call_ns=_call_ns(fn, torch.randn(numel), runs))
+
+
+def _chain_cell(i: int, steps: int, numel: int, runs: int) -> dict:
+    cmd = [sys.executable, __file__, "--chain-worker", str(i), str(steps), str(numel), str(runs)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    if not line:
+        raise RuntimeError(f"chain worker {cmd} failed: {(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return json.loads(line[-1][7:])
+
+
+def micro(sizes=(20, 200), numel: int = 16, runs: int = 1000) -> list[dict]:
+    """Host overhead: chains of tiny elementwise ops (16 elements) at two lengths.
+    Per call, and per node as the slope between the two lengths (the fixed cost
+    of a call -- Dynamo's guards, AOTAutograd's wrapper, the boundary -- cancels)."""
     rows = []
-    for name, cfg in MICRO_BACKENDS:
-        pts = []
-        for steps in sizes:
-            torch._dynamo.reset()
-            chain, nodes = _chain(steps)
-            fn = chain if name == "eager" else _compile(chain, name.split()[0], **cfg)
-            with torch.no_grad():
-                pts.append((nodes, _call_ns(fn, x, runs)))
-        (n0, t0), (n1, t1) = pts
+    for i, (name, _) in enumerate(MICRO_BACKENDS):
+        pts = [_chain_cell(i, steps, numel, runs) for steps in sizes]
+        (n0, t0), (n1, t1) = [(p["nodes"], p["call_ns"]) for p in pts]
         rows.append(dict(backend=name, nodes=[n0, n1], call_us=[t0 / 1000, t1 / 1000],
                          ns_per_node=(t1 - t0) / (n1 - n0)))
     return rows
@@ -173,17 +189,10 @@ def micro(sizes=(20, 200), numel: int = 16, runs: int = 300) -> list[dict]:
 def fusion(steps: int = 100, numel: int = 1 << 23, runs: int = 5) -> list[dict]:
     """An elementwise chain on a tensor larger than the caches (32 MiB): one pass over memory
     (fused) or one pass per op."""
-    import torch
-
-    torch.set_num_threads(2)
-    x = torch.randn(numel)
     rows = []
-    for name, cfg in MICRO_BACKENDS:
-        torch._dynamo.reset()
-        chain, nodes = _chain(steps)
-        fn = chain if name == "eager" else _compile(chain, name.split()[0], **cfg)
-        with torch.no_grad():
-            rows.append(dict(backend=name, nodes=nodes, numel=numel, ms=_call_ns(fn, x, runs) / 1e6))
+    for i, (name, _) in enumerate(MICRO_BACKENDS):
+        p = _chain_cell(i, steps, numel, runs)
+        rows.append(dict(backend=name, nodes=p["nodes"], numel=numel, ms=p["call_ns"] / 1e6))
     return rows
 
 
@@ -219,7 +228,11 @@ def main():
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--no-micro", action="store_true", help="skip the host-overhead and fusion micro-benchmarks")
     ap.add_argument("--micro-only", action="store_true", help="only the micro-benchmarks")
+    ap.add_argument("--chain-worker", nargs=4, type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.chain_worker:
+        print("RESULT " + json.dumps(chain_worker(*a.chain_worker)))
+        return
     if a.worker:
         print("RESULT " + json.dumps(worker(a.worker[0], a.worker[1], int(a.worker[2]), a.runs, a.size)))
         return

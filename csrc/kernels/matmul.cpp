@@ -228,13 +228,23 @@ class GemmKernel final : public Kernel {
     dnnl::matmul::primitive_desc pd;
     dnnl::primitive_attr attr = default_attr();
     if (k) attr.set_post_ops(epi::to_dnnl_post_ops(s_.epi, 0, k));
-    bool ok = try_make_pd(pd, [&] {
+    auto make = [&](const dnnl::memory::desc& bmd) {
       if (with_bias)
-        return dnnl::matmul::primitive_desc(engine(), a_md, b_md, plain_desc(s_.bias, d), o_md, attr);
-      return dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, attr);
-    });
+        return dnnl::matmul::primitive_desc(engine(), a_md, bmd, plain_desc(s_.bias, d), o_md, attr);
+      return dnnl::matmul::primitive_desc(engine(), a_md, bmd, o_md, attr);
+    };
+    bool ok = try_make_pd(pd, [&] { return make(b_md); });
     if (!ok) return false;
     std::string impl(pd.impl_info_str());
+    if (s_.b_const && d == to_dnnl(s_.t) && pd.weights_desc().get_inner_nblks() == 0 &&
+        pd.weights_desc() != b_plain) {
+      // The preferred layout is a plain one (a transpose, not a blocked prepack):
+      // when the same implementation takes the weights as they are stored, use
+      // them in place rather than keep a transposed copy of every weight.
+      dnnl::matmul::primitive_desc in_place;
+      if (try_make_pd(in_place, [&] { return make(b_plain); }) && std::string(in_place.impl_info_str()) == impl)
+        pd = in_place;
+    }
     if (d != dt::f32 && impl.find("ref") != std::string::npos) return false;  // slow reference: emulate instead
     if (same_impl && impl != *same_impl) return false;  // the post-ops would cost a slower implementation
     (void)r;
