@@ -67,4 +67,18 @@ class Attrs {
   std::vector<std::pair<std::string, AttrValue>> items_;
 };
 
+// Attribute `k` as a number (int or double) in *out; `dflt` when absent. False
+// when it holds something else.
+inline bool attr_number(const Attrs& a, const std::string& k, double dflt, double* out) {
+  const AttrValue* v = a.find(k);
+  if (!v) {
+    *out = dflt;
+    return true;
+  }
+  if (std::holds_alternative<int64_t>(*v)) *out = static_cast<double>(std::get<int64_t>(*v));
+  else if (std::holds_alternative<double>(*v)) *out = std::get<double>(*v);
+  else return false;
+  return true;
+}
+
 }  // namespace ag

@@ -40,17 +40,6 @@ bool is_gemm(const Node& n) {
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
 
-bool number(const Attrs& a, const char* k, double dflt, double* out) {
-  const AttrValue* v = a.find(k);
-  if (!v) {
-    *out = dflt;
-    return true;
-  }
-  if (std::holds_alternative<int64_t>(*v)) *out = static_cast<double>(std::get<int64_t>(*v));
-  else if (std::holds_alternative<double>(*v)) *out = std::get<double>(*v);
-  else return false;
-  return true;
-}
 
 // Reads a 1-D float parameter as f32.
 bool read_param(const Value* v, int64_t C, std::vector<float>* out) {
@@ -193,13 +182,13 @@ class Fuser {
     }
     if (op == "leaky_relu") {
       double s;
-      if (!number(a, "negative_slope", 0.01, &s) || !std::isfinite(s)) return false;
+      if (!attr_number(a, "negative_slope", 0.01, &s) || !std::isfinite(s)) return false;
       return unary(epi::kRelu, s);
     }
     if (op == "clamp") {
       const double inf = std::numeric_limits<double>::infinity();
       double lo, hi;
-      if (!number(a, "min", -inf, &lo) || !number(a, "max", inf, &hi)) return false;
+      if (!attr_number(a, "min", -inf, &lo) || !attr_number(a, "max", inf, &hi)) return false;
       if (std::isnan(lo) || std::isnan(hi)) return false;
       // torch: max wins when min > max; the f32 kernel sees the bounds rounded to float
       return unary(epi::kClamp, lo, hi);
@@ -212,7 +201,7 @@ class Fuser {
     int64_t code = 0;
     if (op == "add" || op == "sub") {
       double alpha;
-      if (!number(a, "alpha", 1.0, &alpha) || alpha != 1.0) return false;
+      if (!attr_number(a, "alpha", 1.0, &alpha) || alpha != 1.0) return false;
       if (op == "sub" && idx != 0) return false;
       code = op == "add" ? epi::kAdd : epi::kSub;
     } else if (op == "mul") {
@@ -254,7 +243,7 @@ class Fuser {
     const int64_t C = out[1];
     bool hw = c.attrs.b("has_weight", false), hb = c.attrs.b("has_bias", false);
     double eps;
-    if (!number(c.attrs, "eps", 1e-5, &eps)) return false;
+    if (!attr_number(c.attrs, "eps", 1e-5, &eps)) return false;
     if (c.inputs.size() != static_cast<size_t>(3 + hw + hb)) return false;
     std::vector<float> mean, var, w, b;
     if (!read_param(c.inputs[1], C, &mean) || !read_param(c.inputs[2], C, &var)) return false;

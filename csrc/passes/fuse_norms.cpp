@@ -28,18 +28,6 @@ namespace {
 
 bool is(const Node* n, const char* op) { return n && std::string_view(n->op->name) == op; }
 
-// The attribute as a number (int or double); `dflt` when absent.
-bool number(const Attrs& a, const char* k, double dflt, double* out) {
-  const AttrValue* v = a.find(k);
-  if (!v) {
-    *out = dflt;
-    return true;
-  }
-  if (std::holds_alternative<int64_t>(*v)) *out = static_cast<double>(std::get<int64_t>(*v));
-  else if (std::holds_alternative<double>(*v)) *out = std::get<double>(*v);
-  else return false;
-  return true;
-}
 
 // A constant of one floating element, as double.
 bool const_scalar(const Value* v, double* out) {
@@ -81,7 +69,7 @@ int fuse_norms(Graph& g) {
   for (Node* pw : snapshot) {
     if (!is(pw, "pow_scalar") || touched.count(pw) || pw->inputs.size() != 1 || pw->outputs.size() != 1) continue;
     double ex;
-    if (!number(pw->attrs, "exponent", 0, &ex) || ex != 2.0) continue;
+    if (!attr_number(pw->attrs, "exponent", 0, &ex) || ex != 2.0) continue;
     Value* x = pw->inputs[0];
     const TensorType& xt = x->type;
     if (xt.dtype != DType::f32 || !xt.is_static() || xt.rank() < 1 || !(pw->out()->type == xt)) continue;
@@ -97,7 +85,7 @@ int fuse_norms(Graph& g) {
     if (!is(ad, "add")) continue;
     Value* ev = other_operand(ad, mn->out());
     double alpha, eps;
-    if (!ev || !number(ad->attrs, "alpha", 1.0, &alpha) || alpha != 1.0 || !const_scalar(ev, &eps)) continue;
+    if (!ev || !attr_number(ad->attrs, "alpha", 1.0, &alpha) || alpha != 1.0 || !const_scalar(ev, &eps)) continue;
     if (!(ad->out()->type == mn->out()->type)) continue;
 
     Node* rs = single(ad->out());
