@@ -184,7 +184,8 @@ class ConvKernel final : public Kernel {
           md = pd.dst_desc();
           pa.slot = dnnl_util::kSlotPost + static_cast<int>(i);
           pa.bytes = md.get_size();
-          if (pa.ro.needed && op.cdata) pa.buf = alloc_buffer(pa.bytes);  // a constant is reordered once
+          // a constant is reordered once; so is every operand past the shared slots
+          if (pa.ro.needed && (op.cdata || pa.slot >= dnnl_util::kSlots)) pa.buf = alloc_buffer(pa.bytes);
         }
         exec_.bind(pa.arg, md);
         if (op.cdata) {

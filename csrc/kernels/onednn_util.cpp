@@ -83,7 +83,6 @@ dnnl::primitive_attr default_attr() {
 }
 
 void* shared_scratch(int slot, size_t bytes) {
-  constexpr int kSlots = 16;
   AG_CHECK(slot >= 0 && slot < kSlots, "shared_scratch: slot ", slot, " out of range");
   thread_local Buffer slots[kSlots];
   Buffer& b = slots[slot];

@@ -44,7 +44,7 @@ Buffer alloc_buffer(size_t bytes);
 // own run: per-call buffers (blocked copies of activations, oneDNN scratchpads)
 // cost the largest one's size instead of the sum over all nodes. Fetch the
 // pointer inside run() and never keep it (a later, larger request moves it).
-enum Slot : int { kSlotSrc = 0, kSlotDst = 1, kSlotPad = 2, kSlotPost = 3 /* + post-op index */ };
+enum Slot : int { kSlotSrc = 0, kSlotDst = 1, kSlotPad = 2, kSlotPost = 3 /* + post-op index */, kSlots = 16 };
 void* shared_scratch(int slot, size_t bytes);
 
 // Element conversions between the engine's storage and f32 (used when a
