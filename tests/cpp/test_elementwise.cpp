@@ -11,15 +11,12 @@
 #include "kernels/common.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "test_util.h"
 
 namespace ag {
 namespace {
 
-Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
-  Attrs a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
+using test::attrs;
 
 std::vector<float> ramp(int64_t n, float scale = 0.37f, float off = -3.f) {
   std::vector<float> v(n);

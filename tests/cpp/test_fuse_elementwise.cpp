@@ -19,15 +19,12 @@
 #include "kernels/fused_elementwise.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "test_util.h"
 
 namespace ag {
 namespace {
 
-Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
-  Attrs a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
+using test::attrs;
 
 using Build = std::function<void(Graph&, const std::vector<Value*>&)>;
 

@@ -17,17 +17,13 @@
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "test_util.h"
 
 namespace ag {
 namespace {
 
-std::vector<float> randn(int64_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
+using test::attrs;
 
 // Builds a graph with `build` and runs it; returns output 0 as f32.
 struct Built {
@@ -90,12 +86,6 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << "at flat index " << i;
-}
-
-Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
-  Attrs a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
 }
 
 int count(const std::string& s, const std::string& what) {

@@ -16,28 +16,18 @@
 #include "ir/op_registry.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "test_util.h"
 
 namespace ag {
 namespace {
 
-std::vector<float> randn(int64_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
+using test::attrs;
 
 std::shared_ptr<Storage> bytes_of(const std::vector<float>& v) {
   auto s = Storage::allocate(v.size() * 4);
   std::memcpy(s->data, v.data(), v.size() * 4);
   return s;
-}
-
-Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
-  Attrs a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
 }
 
 int count(const std::string& s, const std::string& what) {

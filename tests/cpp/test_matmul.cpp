@@ -14,17 +14,13 @@
 #include "kernels/common.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "test_util.h"
 
 namespace ag {
 namespace {
 
-std::vector<float> randn(int64_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
+using test::attrs;
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> o(v.size());
@@ -42,12 +38,6 @@ struct Arg {
   const void* data;
   bool is_const = false;
 };
-
-Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
-  Attrs a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
 
 // Runs one node (after the pass pipeline) and returns output 0 widened to f32.
 std::vector<float> run_op(const std::string& op, const std::vector<Arg>& args, Attrs a, Shape* out_shape = nullptr,

@@ -10,17 +10,14 @@
 #include "kernels/common.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "test_util.h"
 
 namespace ag {
 namespace {
 
-TensorType f32(Shape s) { return TensorType(DType::f32, s); }
+using test::attrs;
 
-Attrs attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
-  Attrs a;
-  for (auto& [k, v] : kv) a.set(k, v);
-  return a;
-}
+TensorType f32(Shape s) { return TensorType(DType::f32, s); }
 
 std::vector<float> iota(int64_t n) {
   std::vector<float> v(n);
