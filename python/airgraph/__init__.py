@@ -29,15 +29,32 @@ __all__ = ["CompilerConfig", "EngineError", "ExplainReport", "airgraph_backend",
 
 
 def _register_name():
-    # The entry point makes backend="airgraph" work without this import; this
-    # covers running from a source tree that pip never installed.
-    try:
-        from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    """Makes backend="airgraph" resolvable when airgraph was imported from a tree
+    pip never installed (PYTHONPATH=python), without ever registering the name twice.
 
-        if "airgraph" not in _COMPILER_FNS:
-            register_backend(airgraph_backend, name="airgraph")
-    except Exception:  # pragma: no cover - registry internals moved
-        pass
+    Dynamo resolves a name lazily: lookup_backend("airgraph") reads the
+    `torch_dynamo_backends` entry points into `_BACKENDS`, loads ours (which imports
+    this package, so this function runs *during* that load) and then calls
+    register_backend itself; had we registered the compiler function here, that
+    second call would raise "duplicate name: airgraph". So this only ever declares
+    the same entry point (name -> "airgraph.backend:airgraph_backend") in `_BACKENDS`
+    when nothing is there yet, and leaves `_COMPILER_FNS` to Dynamo: one
+    registration, whichever of (installed entry point, import first, source tree)
+    came first.
+    """
+    try:
+        from importlib.metadata import EntryPoint
+
+        from torch._dynamo.backends import registry
+    except Exception:  # pragma: no cover - registry moved: the installed entry point still works
+        return
+    backends, compiled = getattr(registry, "_BACKENDS", None), getattr(registry, "_COMPILER_FNS", None)
+    if not isinstance(backends, dict) or not isinstance(compiled, dict):  # pragma: no cover
+        return
+    if "airgraph" in backends or "airgraph" in compiled:
+        return
+    backends["airgraph"] = EntryPoint(name="airgraph", value="airgraph.backend:airgraph_backend",
+                                      group="torch_dynamo_backends")
 
 
 _register_name()
