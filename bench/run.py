@@ -1,31 +1,56 @@
 """The benchmark: every zoo model on every backend, side by side, in one run.
 
-    python bench/run.py                      # full configs, all models, all backends
-    python bench/run.py --models bert,gpt2 --backends eager,airgraph --runs 10
+    python bench/run.py                      # full configs, all models, all backends (~40 min on 2 cores)
+    python bench/run.py --models bert,gpt2 --backends eager,airgraph --runs 10 --out /tmp/bench
+    python bench/run.py --tiny               # smoke run: MiniLM small, eager vs airgraph, 3 rounds (~1 min)
+    python bench/run.py --micro-only         # only the host-overhead, engine-loop and fusion micro-benchmarks
 
-Backends: eager, inductor (torch.compile default), airgraph, openvino
-(OpenVINO's torch.compile backend). Each (model, backend, batch) runs in its own
-process so that peak memory (ru_maxrss) and cold compile time are its own; all
-use 2 threads. Reports median latency, speedup over eager, cold compile time
-(first call after a fresh process), warm compile time (compiling again in the
-same process after torch._dynamo.reset()), and peak RSS. Writes
-bench/results/latest.md, latest.json and latest.png.
+Backends: eager, inductor (torch.compile default), airgraph, openvino (OpenVINO's
+torch.compile backend); all with 2 threads. The package used is whatever
+`import airgraph` finds: the installed one, or the source tree when PYTHONPATH
+points at python/ (with AIRGRAPH_EXT_DIR for a development build of the extension).
+
+Latency (one process per (model, batch)): the model is built once and compiled
+with every backend (a backend that fails to compile is recorded with its error,
+the others go on); then, after warm-up rounds, every round calls each backend
+once, in an order rotated from round to round, for at least --runs rounds and at
+least --min-seconds of measuring. The machine's drift (10-20% over minutes on
+these VMs) then hits all backends alike. Per backend: median, p25-p75, min-max
+and a distribution-free 95% interval of the median; speedups are medians of the
+per-round ratios (both calls of a pair within one round). Two backends are
+ranked only when the paired ratio is clear: the same one faster in enough rounds
+for a sign test at 5% and by at least RANK_MARGIN; otherwise the table says "tie".
+
+Cold compile and peak memory (one process per (model, batch, backend), as they
+need a fresh process): cold compile = the first call (Dynamo + backend; Inductor
+with an empty cache dir), peak RSS = ru_maxrss. Warm compile comes from the
+latency process: compile + first call there, after a throwaway compile has
+initialized Dynamo and AOTAutograd (Inductor's on-disk cache is the one its cold
+cell filled). Writes latest.md, latest.json (raw per-round times included) and
+latest.png to --out (default bench/results for full configs, a temp dir otherwise).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 BACKENDS = ["eager", "inductor", "airgraph", "openvino"]
 BATCH8 = {"bert", "vit", "resnet50", "mobilenetv2", "minilm"}  # encoders and CNNs
+COLD_CALLS = 2  # calls after the first in a cold cell: enough for steady-state buffers in the peak RSS
+MAX_ROUNDS = 200
+RANK_MARGIN = 1.05  # a ranking needs at least a 5% median difference in the paired ratio
+THREADS = 2
 
 
 _BACKEND_S = [0.0]  # seconds spent inside the backend compiler (after Dynamo's tracing)
@@ -64,21 +89,44 @@ def _compile(model, backend: str, **airgraph_config):
     raise ValueError(backend)
 
 
-def worker(model_name: str, backend: str, batch: int, runs: int, size: str) -> dict:
-    import tempfile
+def _report_sink():
+    """A list that collects airgraph's compile reports (for its own compile time), if the front offers it."""
+    from airgraph import backend as ag_backend
 
+    sink: list = []
+    sinks = getattr(ag_backend, "_REPORT_SINKS", None)
+    if isinstance(sinks, list):
+        sinks.append(sink)
+    return sink
+
+
+def _error(e: BaseException) -> str:
+    msg = f"{type(e).__name__}: {e}".strip().splitlines()
+    return (msg[0] if msg else type(e).__name__)[:200]
+
+
+def _setup_process():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    # cold means cold: no Inductor/AOT caches on disk from earlier runs
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="airgraph_bench_inductor_")
     import torch
 
-    torch.set_num_threads(2)
-    from airgraph import backend as ag_backend, zoo
+    torch.set_num_threads(THREADS)
+    return torch
+
+
+# --------------------------------------------------------------------------- cold cells
+
+
+def cold_worker(model_name: str, backend: str, batch: int, size: str) -> dict:
+    """Cold compile and peak RSS of one backend, in a fresh process."""
+    # cold means cold: no Inductor/AOT caches on disk from earlier runs (the parent passes an empty dir)
+    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="airgraph_bench_inductor_")
+    torch = _setup_process()
+    from airgraph import zoo
 
     model, args, kwargs = zoo.build(model_name, size=size, batch=batch)
     res = dict(model=model_name, backend=backend, batch=batch)
-    reports = []
-    ag_backend._REPORT_SINKS.append(reports)
+    reports = _report_sink()
     with torch.no_grad():
         want = model(*args, **kwargs)
         t0 = time.perf_counter()
@@ -86,29 +134,165 @@ def worker(model_name: str, backend: str, batch: int, runs: int, size: str) -> d
         out = fn(*args, **kwargs)
         res["cold_compile_s"] = time.perf_counter() - t0 if backend != "eager" else 0.0
         res["backend_s"] = _BACKEND_S[0]
-        res["engine_ms"] = sum(r.compile_ms for r in reports)
-        for _ in range(3):
+        res["engine_ms"] = sum(getattr(r, "compile_ms", 0.0) for r in reports)
+        for _ in range(COLD_CALLS):
             fn(*args, **kwargs)
-        ts = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            fn(*args, **kwargs)
-            ts.append((time.perf_counter() - t0) * 1000)
-        res["median_ms"] = statistics.median(ts)
         res["max_diff"] = _max_diff(out, want)
         res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        if backend != "eager":
-            torch._dynamo.reset()
+    return res
+
+
+def _warm_up_compilers(backends: list[str]):
+    """Imports every backend and compiles a throwaway function through Dynamo and
+    AOTAutograd, so that the compile times measured next are warm ones."""
+    import torch
+
+    for b in backends:
+        try:
+            if b == "inductor":
+                import torch._inductor.compile_fx  # noqa: F401
+            elif b == "airgraph":
+                import airgraph  # noqa: F401
+            elif b == "openvino":
+                import openvino.torch  # noqa: F401
+        except Exception:  # the real compile reports it
+            pass
+    torch.compile(lambda x: torch.relu(x * 2.0 + 1.0), backend="aot_eager")(torch.randn(8))
+
+
+# --------------------------------------------------------------------------- interleaved latency
+
+
+def latency_worker(model_name: str, batch: int, backends: list[str], size: str, rounds: int, warmup: int,
+                   min_seconds: float, skip: dict) -> dict:
+    """All backends in one process on one model instance, measured in interleaved rounds."""
+    torch = _setup_process()
+    from airgraph import zoo
+
+    model, args, kwargs = zoo.build(model_name, size=size, batch=batch)
+    res = dict(model=model_name, batch=batch, errors={}, max_diff={}, compile_s={})
+    fns = {}
+    with torch.no_grad():
+        want = model(*args, **kwargs)
+        _warm_up_compilers(backends)
+        for b in backends:
+            if b in skip:  # failed in its cold cell already: do not pay for the same failure twice
+                res["errors"][b] = skip[b]
+                continue
             t0 = time.perf_counter()
             try:
-                _compile(model, backend)(*args, **kwargs)
-                res["warm_compile_s"] = time.perf_counter() - t0
-            except Exception as e:  # a backend that cannot compile twice in one process
-                res["warm_compile_s"] = float("nan")
-                res["warm_error"] = f"{type(e).__name__}: {e}"[:200]
-        else:
-            res["warm_compile_s"] = 0.0
+                fn = _compile(model, b)
+                out = fn(*args, **kwargs)
+            except Exception as e:
+                res["errors"][b] = _error(e)
+                continue
+            res["compile_s"][b] = time.perf_counter() - t0
+            res["max_diff"][b] = _max_diff(out, want)
+            fns[b] = fn
+        names = list(fns)
+        times = {b: [] for b in names}
+        n = 0
+        t_start = None
+        while names:
+            if n == warmup:
+                t_start = time.perf_counter()
+            if n >= warmup:
+                r = n - warmup
+                elapsed = time.perf_counter() - t_start
+                if r >= rounds and (elapsed >= min_seconds or r >= MAX_ROUNDS):
+                    break
+            k = n % len(names)
+            for b in names[k:] + names[:k]:  # rotated: no backend always runs first or after the same one
+                t0 = time.perf_counter()
+                fns[b](*args, **kwargs)
+                dt = (time.perf_counter() - t0) * 1000
+                if n >= warmup:
+                    times[b].append(dt)
+            n += 1
+        res["rounds"] = max(0, n - warmup)
+        res["warmup"] = warmup
+        res["measure_s"] = time.perf_counter() - t_start if t_start else 0.0
+        res["times_ms"] = times
     return res
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    pos = (len(s) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics x(j), x(n+1-j) with the
+    largest j such that P(j <= Binomial(n, 1/2) <= n-j) >= level; with fewer than 6 samples
+    no such j exists and the interval is min-max (coverage 1 - 2^(1-n))."""
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        return float("nan"), float("nan")
+    best = 1
+    for j in range(1, n // 2 + 1):
+        cover = sum(math.comb(n, i) for i in range(j, n - j + 1)) / 2 ** n
+        if cover >= level:
+            best = j
+        else:
+            break
+    return s[best - 1], s[n - best]
+
+
+def _sign_test_p(wins: int, n: int) -> float:
+    """Two-sided sign-test p-value for `wins` of `n` paired comparisons."""
+    if n == 0:
+        return 1.0
+    k = min(wins, n - wins)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(0, k + 1)) / 2 ** n)
+
+
+def summarize(t: list[float]) -> dict:
+    lo, hi = _median_ci(t)
+    return dict(median_ms=statistics.median(t), p25_ms=_quantile(t, 0.25), p75_ms=_quantile(t, 0.75),
+                min_ms=min(t), max_ms=max(t), ci95_ms=[lo, hi], n=len(t))
+
+
+def paired(slow: list[float], fast: list[float]) -> dict:
+    """Per-round ratios slow/fast (> 1: `fast` is faster); clear when a sign test at 5% and the
+    RANK_MARGIN both say so."""
+    r = [a / b for a, b in zip(slow, fast)]
+    wins = sum(x > 1 for x in r)
+    med = statistics.median(r)
+    p = _sign_test_p(wins, len(r))
+    clear = p < 0.05 and (med >= RANK_MARGIN or med <= 1 / RANK_MARGIN)
+    return dict(ratio=med, p25=_quantile(r, 0.25), p75=_quantile(r, 0.75), wins=wins, n=len(r), p=p, clear=clear)
+
+
+def ranking(times: dict[str, list[float]]) -> tuple[str, list[dict]]:
+    """Backends fastest first; '<' between neighbours whose paired ratio is clear, '~' otherwise."""
+    order = sorted(times, key=lambda b: statistics.median(times[b]))
+    if not order:
+        return "", []
+    text, steps = order[0], []
+    for a, b in zip(order, order[1:]):
+        p = paired(times[b], times[a])
+        steps.append(dict(faster=a, slower=b, **p))
+        text += f" {'<' if p['clear'] else '~'} {b}"
+    return text, steps
+
+
+def _verdict(p: dict) -> str:
+    if not p["clear"]:
+        return "tie"
+    return "faster" if p["ratio"] > 1 else "slower"
+
+
+# --------------------------------------------------------------------------- helpers
 
 
 def _max_diff(a, b) -> float:
@@ -125,8 +309,43 @@ def _max_diff(a, b) -> float:
                for x, y in zip(flat(a), flat(b)))
 
 
-def _call_ns(fn, x, runs: int) -> float:
-    for _ in range(10):
+def cpu_info() -> dict:
+    """The CPU's model name and the instruction sets that decide which kernels run."""
+    import platform
+
+    name, flags = "", []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not name:
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine()
+    isa = [x for x in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8") if x in flags]
+    return dict(name=name, isa=isa, missing=[x for x in ("avx512f", "avx512_bf16", "amx_bf16") if x not in flags],
+                cores=os.cpu_count())
+
+
+def _run_json(cmd: list[str], timeout: int, env: dict | None = None) -> dict:
+    """Runs a worker; returns its RESULT line, or {'error': ...} with the last line it printed."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return dict(error=f"timeout after {timeout}s")
+    line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    if line:
+        return json.loads(line[-1][7:])
+    return dict(error=((p.stderr.strip().splitlines() or ["no output"])[-1])[:200])
+
+
+# --------------------------------------------------------------------------- micro-benchmarks
+
+
+def _call_ns(fn, x, runs: int, warmup: int = 10) -> float:
+    for _ in range(warmup):
         fn(x)
     ts = []
     for _ in range(runs):
@@ -151,26 +370,26 @@ MICRO_BACKENDS = [("eager", {}), ("inductor", {}), ("airgraph", {}),
                   ("airgraph (fusion off)", {"disable_passes": ["fuse_elementwise"]})]
 
 
-def chain_worker(backend_index: int, steps: int, numel: int, runs: int) -> dict:
+def chain_worker(backend_index: int, steps: int, numel: int, runs: int, warmup: int) -> dict:
     """One chain measurement in a fresh process: Dynamo's per-code-object caches
     from earlier compiles would otherwise add guard checks to every call."""
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
     name, cfg = MICRO_BACKENDS[backend_index]
     chain, nodes = _chain(steps)
     fn = chain if name == "eager" else _compile(chain, name.split()[0], **cfg)
     with torch.no_grad():
-        return dict(backend=name, nodes=nodes, numel=numel, call_ns=_call_ns(fn, torch.randn(numel), runs))
+        return dict(backend=name, nodes=nodes, numel=numel,
+                    call_ns=_call_ns(fn, torch.randn(numel), runs, warmup))
 
 
-def _chain_cell(i: int, steps: int, numel: int, runs: int) -> dict:
-    cmd = [sys.executable, __file__, "--chain-worker", str(i), str(steps), str(numel), str(runs)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-    if not line:
-        raise RuntimeError(f"chain worker {cmd} failed: {(p.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return json.loads(line[-1][7:])
+def _chain_cell(i: int, steps: int, numel: int, runs: int, warmup: int = 10) -> dict:
+    cmd = [sys.executable, __file__, "--chain-worker", str(i), str(steps), str(numel), str(runs), str(warmup)]
+    r = _run_json(cmd, 1800)
+    if "error" in r:
+        raise RuntimeError(f"chain worker {cmd} failed: {r['error']}")
+    return r
 
 
 def micro(sizes=(20, 200), numel: int = 16, runs: int = 1000) -> list[dict]:
@@ -191,7 +410,7 @@ def fusion(steps: int = 100, numel: int = 1 << 23, runs: int = 5) -> list[dict]:
     (fused) or one pass per op."""
     rows = []
     for i, (name, _) in enumerate(MICRO_BACKENDS):
-        p = _chain_cell(i, steps, numel, runs)
+        p = _chain_cell(i, steps, numel, runs, warmup=2)  # calls take up to seconds (eager): 2 warm-ups do
         rows.append(dict(backend=name, nodes=p["nodes"], numel=numel, ms=p["call_ns"] / 1e6))
     return rows
 
@@ -218,131 +437,213 @@ def engine_overhead(sizes=(20, 200), numel: int = 16, runs: int = 3000) -> dict:
     return dict(nodes=list(sizes), call_ns=pts, ns_per_node=(t1 - t0) / (n1 - n0))
 
 
+# --------------------------------------------------------------------------- the run
+
+
+def bench_cell(m: str, batch: int, backends: list[str], a, cache_root: str) -> dict:
+    """One (model, batch): a cold cell per backend, then the interleaved latency process."""
+    here = os.path.abspath(__file__)
+    cold = {}
+    inductor_cache = os.path.join(cache_root, f"{m}_b{batch}_inductor")
+    for b in backends:
+        env = dict(os.environ)
+        # every cold cell starts with an empty Inductor cache; Inductor's is kept for the latency process
+        env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache if b == "inductor" else tempfile.mkdtemp(dir=cache_root)
+        t0 = time.perf_counter()
+        r = _run_json([sys.executable, here, "--worker", m, b, str(batch), "--size", a.size], a.timeout, env)
+        r.update(model=m, backend=b, batch=batch)
+        cold[b] = r
+        print(f"  cold {m} b{batch} {b}: " + (r["error"] if "error" in r else
+              f"compile {r['cold_compile_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB") +
+              f" ({time.perf_counter() - t0:.0f} s)", flush=True)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
+    skip = {b: r["error"] for b, r in cold.items() if "error" in r}
+    t0 = time.perf_counter()
+    lat = _run_json([sys.executable, here, "--latency-worker", m, str(batch), ",".join(backends), "--size", a.size,
+                     "--runs", str(a.runs), "--warmup", str(a.warmup), "--min-seconds", str(a.min_seconds),
+                     "--skip", json.dumps(skip)], a.timeout, env)
+    if "error" in lat:
+        lat = dict(errors={b: lat["error"] for b in backends}, times_ms={}, rounds=0)
+    cell = dict(model=m, batch=batch, rounds=lat.get("rounds", 0), measure_s=lat.get("measure_s", 0.0),
+                times_ms=lat.get("times_ms", {}), backends={})
+    times = cell["times_ms"]
+    eager = times.get("eager")
+    for b in backends:
+        c, row = cold.get(b, {}), {}
+        if b in times and times[b]:
+            row.update(summarize(times[b]))
+            if eager:
+                row["vs_eager"] = paired(eager, times[b])
+            row["max_diff"] = lat["max_diff"].get(b)
+            row["warm_compile_s"] = lat["compile_s"].get(b) if b != "eager" else 0.0
+        else:
+            row["error"] = lat.get("errors", {}).get(b) or c.get("error") or "not measured"
+        for k in ("cold_compile_s", "backend_s", "engine_ms", "peak_rss_mb"):
+            if k in c:
+                row[k] = c[k]
+        if "error" in c:
+            row["cold_error"] = c["error"]
+        cell["backends"][b] = row
+    if "airgraph" in times and "inductor" in times:
+        cell["airgraph_vs_inductor"] = paired(times["inductor"], times["airgraph"])
+    cell["ranking"], cell["ranking_steps"] = ranking({b: t for b, t in times.items() if t})
+    print(f"  latency {m} b{batch}: {cell['rounds']} rounds in {time.perf_counter() - t0:.0f} s; "
+          f"{cell['ranking'] or 'no backend measured'}", flush=True)
+    return cell
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
     ap.add_argument("--backends", default=",".join(BACKENDS))
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--size", default="full")
-    ap.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "BATCH"))
-    ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--runs", type=int, default=10, help="minimum measured rounds per (model, batch)")
+    ap.add_argument("--min-seconds", type=float, default=15.0,
+                    help=f"keep adding rounds until this much measuring time has passed (at most {MAX_ROUNDS} rounds)")
+    ap.add_argument("--warmup", type=int, default=2, help="warm-up rounds, not measured")
+    ap.add_argument("--size", default="full", choices=("small", "full"))
+    ap.add_argument("--batches", default="", help="comma-separated batch sizes (default: 1, and 8 for encoders/CNNs)")
+    ap.add_argument("--out", default="", help="where latest.{md,json,png} go (default: bench/results for full "
+                                              "configs, a temp dir otherwise)")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per worker process")
     ap.add_argument("--no-micro", action="store_true", help="skip the host-overhead and fusion micro-benchmarks")
     ap.add_argument("--micro-only", action="store_true", help="only the micro-benchmarks")
-    ap.add_argument("--chain-worker", nargs=4, type=int, help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    ap.add_argument("--tiny", action="store_true",
+                    help="a smoke run for tests (about a minute): --size small --models minilm --batches 1 "
+                         "--backends eager,airgraph --runs 3 --warmup 1 --min-seconds 0 --no-micro (flags given "
+                         "explicitly still apply)")
+    ap.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "BATCH"), help=argparse.SUPPRESS)
+    ap.add_argument("--latency-worker", nargs=3, metavar=("MODEL", "BATCH", "BACKENDS"), help=argparse.SUPPRESS)
+    ap.add_argument("--skip", default="{}", help=argparse.SUPPRESS)
+    ap.add_argument("--chain-worker", nargs=5, type=int, help=argparse.SUPPRESS)
+    argv = sys.argv[1:]
+    if "--tiny" in argv:
+        given = {x.split("=")[0] for x in argv}
+        defaults = [("--size", "small"), ("--models", "minilm"), ("--batches", "1"), ("--backends", "eager,airgraph"),
+                    ("--runs", "3"), ("--warmup", "1"), ("--min-seconds", "0")]
+        argv = [t for k, v in defaults if k not in given for t in (k, v)] + argv + ["--no-micro"]
+    a = ap.parse_args(argv)
     if a.chain_worker:
         print("RESULT " + json.dumps(chain_worker(*a.chain_worker)))
         return
     if a.worker:
-        print("RESULT " + json.dumps(worker(a.worker[0], a.worker[1], int(a.worker[2]), a.runs, a.size)))
+        print("RESULT " + json.dumps(cold_worker(a.worker[0], a.worker[1], int(a.worker[2]), a.size)))
         return
-    sys.path.insert(0, os.path.join(HERE, "..", "python"))
+    if a.latency_worker:
+        m, batch, bks = a.latency_worker
+        print("RESULT " + json.dumps(latency_worker(m, int(batch), bks.split(","), a.size, a.runs, a.warmup,
+                                                    a.min_seconds, json.loads(a.skip))))
+        return
     from airgraph import zoo
 
+    out = a.out or (RESULTS if a.size == "full" else os.path.join(tempfile.gettempdir(), "airgraph_bench_" + a.size))
+    os.makedirs(out, exist_ok=True)
     models = [] if a.micro_only else ([m for m in a.models.split(",") if m] or zoo.names())
     backends = a.backends.split(",")
-    os.makedirs(RESULTS, exist_ok=True)
-    rows = []
-    for m in models:
-        for batch in ([1, 8] if m in BATCH8 else [1]):
-            for b in backends:
-                cmd = [sys.executable, __file__, "--worker", m, b, str(batch), "--runs", str(a.runs), "--size",
-                       a.size]
-                try:
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-                    line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-                    if line:
-                        r = json.loads(line[-1][7:])
-                    else:
-                        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-                        r = dict(model=m, backend=b, batch=batch, error=err[:200])
-                except subprocess.TimeoutExpired:
-                    r = dict(model=m, backend=b, batch=batch, error=f"timeout after {a.timeout}s")
-                rows.append(r)
-                print(json.dumps(r), flush=True)
+    cpu = cpu_info()
+    import torch
+
+    print(f"airgraph benchmark: {cpu['name']}, {cpu['cores']} cores, ISA {' '.join(cpu['isa']) or '?'}; "
+          f"torch {torch.__version__}; {THREADS} threads; {a.size} configs; results to {out}", flush=True)
+    t_run = time.perf_counter()
+    cells = []
+    cache_root = tempfile.mkdtemp(prefix="airgraph_bench_cache_")
+    try:
+        for m in models:
+            batches = [int(x) for x in a.batches.split(",") if x] or ([1, 8] if m in BATCH8 else [1])
+            for batch in batches:
+                cells.append(bench_cell(m, batch, backends, a, cache_root))
+    finally:
+        shutil.rmtree(cache_root, ignore_errors=True)
     micro_rows, fusion_rows, eng = [], [], {}
     if "airgraph" in backends and not a.no_micro:
         micro_rows, fusion_rows, eng = micro(), fusion(), engine_overhead()
-    write_results(rows, micro_rows, fusion_rows, eng, a)
+    write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run)
 
 
 def _geomean(xs):
-    g = 1.0
-    for x in xs:
-        g *= x
-    return g ** (1 / len(xs)) if xs else float("nan")
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def write_results(rows, micro_rows, fusion_rows, eng, a):
-    import platform
+def _ms(x: float) -> str:
+    return f"{x:.1f}" if x >= 100 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
+
+def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
     import torch
 
-    ok = [r for r in rows if "error" not in r]
-    by = {(r["model"], r["batch"], r["backend"]): r for r in ok}
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    rounds = sorted({c["rounds"] for c in cells})
+    no = ", ".join(f"no {x}" for x in cpu["missing"])
+    kernels = os.environ.get("OPENBLAS_CORETYPE")
     lines = [
         f"# airgraph benchmark ({time.strftime('%Y-%m-%d %H:%M')})",
         "",
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, 2 threads, {a.size} configs, "
-        f"median of {a.runs} runs, each (model, batch, backend) in its own process. Cold compile: the first "
-        "call in a fresh process (Dynamo + the backend; Inductor with an empty cache dir); backend: the part "
-        "inside the backend compiler (after Dynamo's tracing; for airgraph and Inductor it includes "
-        "AOTAutograd), in brackets airgraph's own part (lowering, passes, planning, kernel creation). "
-        "Warm compile: again in the same process after torch._dynamo.reset(). Peak RSS: ru_maxrss of the "
-        "process (model, inputs, eager reference output included).",
+        f"**Machine:** {cpu['name']}, {cpu['cores']} cores, ISA: {', '.join(cpu['isa']) or 'unknown'}"
+        f"{' (' + no + ')' if no else ''}; torch {torch.__version__}; {THREADS} threads; {a.size} configs"
+        f"{f'; OPENBLAS_CORETYPE={kernels}' if kernels else ''}; whole run {elapsed_s / 60:.0f} min.",
         "",
-        "| model | batch | backend | median ms | vs eager | cold compile s | backend s | warm compile s "
-        "| peak RSS MB | max diff |",
+        "**Latency**, all backends in one process per (model, batch) on one model instance, measured in "
+        f"interleaved rounds (each round calls every backend once, order rotated per round; {a.warmup} warm-up "
+        f"rounds, then at least {a.runs} rounds and {a.min_seconds:g} s: "
+        f"{', '.join(map(str, rounds)) or '0'} rounds here). Median, p25-p75, min-max and a 95% interval of "
+        "the median (order statistics). vs eager: median of the per-round ratios eager/backend (p25-p75). "
+        "vs inductor: the same, Inductor/airgraph; a backend is called faster or slower only when a sign test "
+        f"over the rounds gives p < 0.05 and the median ratio is at least {RANK_MARGIN:.2f}x, otherwise 'tie'.",
+        "",
+        "| model | batch | backend | median ms | p25-p75 ms | min-max ms | 95% CI ms | vs eager (p25-p75) "
+        "| vs inductor | max diff |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | error: {r['error']} | | | | | | |")
-            continue
-        e = by.get((r["model"], r["batch"], "eager"))
-        sp = f"{e['median_ms'] / r['median_ms']:.2f}x" if e else ""
-        bk = f"{r.get('backend_s', 0):.1f}" if r["backend"] != "eager" else ""
-        if r["backend"] == "airgraph":
-            bk += f" ({r.get('engine_ms', 0) / 1000:.2f})"
-        lines.append(f"| {r['model']} | {r['batch']} | {r['backend']} | {r['median_ms']:.2f} | {sp} | "
-                     f"{r['cold_compile_s']:.1f} | {bk} | {r['warm_compile_s']:.1f} | {r['peak_rss_mb']:.0f} | "
-                     f"{r['max_diff']:.1e} |")
-    # the targets
-    ag = [r for r in ok if r["backend"] == "airgraph"]
-    summary = []
-    over_ind = [(r, by[(r["model"], r["batch"], "inductor")]) for r in ag if (r["model"], r["batch"], "inductor") in by]
-    if over_ind:
-        gm = _geomean([i["median_ms"] / r["median_ms"] for r, i in over_ind])
-        summary.append(f"- geometric-mean speedup of airgraph over Inductor: **{gm:.2f}x** over {len(over_ind)} "
-                       "model/batch pairs (target >= 1.2x)")
-        ratios = [(r["model"], r["batch"], r["cold_compile_s"] / i["cold_compile_s"]) for r, i in over_ind
-                  if i["cold_compile_s"]]
-        if ratios:
-            summary.append("- cold compile, airgraph / Inductor (target <= 0.05): " + ", ".join(
-                f"{m} b{b} {x:.2f}" for m, b, x in ratios))
-    vs_eager = [(r, by[(r["model"], r["batch"], "eager")]) for r in ag if (r["model"], r["batch"], "eager") in by]
-    if vs_eager:
-        slow = [f"{r['model']} b{r['batch']} {e['median_ms'] / r['median_ms']:.2f}x" for r, e in vs_eager
-                if r["median_ms"] >= e["median_ms"]]
-        b1 = [(r, e) for r, e in vs_eager if r["batch"] == 1]
-        summary.append(f"- faster than eager at batch 1: {sum(r['median_ms'] < e['median_ms'] for r, e in b1)} of "
-                       f"{len(b1)} models; not faster: {', '.join(slow) or 'none'}")
-        summary.append(f"- geometric-mean speedup over eager: {_geomean([e['median_ms'] / r['median_ms'] for r, e in vs_eager]):.2f}x")
-        mem = [f"{r['model']} b{r['batch']} +{r['peak_rss_mb'] - e['peak_rss_mb']:.0f} MB" for r, e in vs_eager
-               if r["peak_rss_mb"] > e["peak_rss_mb"]]
-        summary.append(f"- peak RSS above eager's: {', '.join(mem) or 'none'}")
-    if summary:
-        lines += ["", "Targets:", ""] + summary
+    for c in cells:
+        for b, r in c["backends"].items():
+            if "median_ms" not in r:
+                lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r['error']} | | | | | | |")
+                continue
+            ve = r.get("vs_eager")
+            vs_e = "" if not ve else "1.00x" if b == "eager" else f"{ve['ratio']:.2f}x ({ve['p25']:.2f}-{ve['p75']:.2f})"
+            vs_i = ""
+            if b == "airgraph" and "airgraph_vs_inductor" in c:
+                p = c["airgraph_vs_inductor"]
+                vs_i = f"{p['ratio']:.2f}x {_verdict(p)} ({p['wins']}/{p['n']} rounds faster)"
+            lines.append(
+                f"| {c['model']} | {c['batch']} | {b} | {_ms(r['median_ms'])} | {_ms(r['p25_ms'])}-{_ms(r['p75_ms'])} "
+                f"| {_ms(r['min_ms'])}-{_ms(r['max_ms'])} | {_ms(r['ci95_ms'][0])}-{_ms(r['ci95_ms'][1])} | {vs_e} "
+                f"| {vs_i} | {r['max_diff']:.1e} |")
+    lines += ["", "**Ranking** per (model, batch), fastest first: `<` a clear difference (as above), `~` a tie.", "",
+              "| model | batch | rounds | ranking |", "|---|---|---|---|"]
+    for c in cells:
+        lines.append(f"| {c['model']} | {c['batch']} | {c['rounds']} | {c['ranking'] or 'no backend measured'} |")
+    lines += [
+        "",
+        "**Compile and memory**, each (model, batch, backend) in its own process. Cold compile: the first call "
+        "(Dynamo + the backend; Inductor with an empty cache dir); backend: the part inside the backend compiler "
+        "(after Dynamo's tracing; for airgraph and Inductor it includes AOTAutograd), in brackets airgraph's own "
+        "part (lowering, passes, planning, kernel creation). Warm compile: compile and first call in the latency "
+        "process, after a throwaway compile has initialized Dynamo and AOTAutograd (Inductor reads the on-disk "
+        "cache its cold cell filled). Peak RSS: ru_maxrss of the process (model, inputs, eager reference output "
+        "included).",
+        "",
+        "| model | batch | backend | cold compile s | backend s | warm compile s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        for b, r in c["backends"].items():
+            if "cold_compile_s" not in r:
+                lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r.get('cold_error', r.get('error'))} "
+                             "| | | |")
+                continue
+            bk = f"{r.get('backend_s', 0):.1f}" if b != "eager" else ""
+            if b == "airgraph":
+                bk += f" ({r.get('engine_ms', 0) / 1000:.2f})"
+            warm = f"{r['warm_compile_s']:.1f}" if "warm_compile_s" in r else "error"
+            lines.append(f"| {c['model']} | {c['batch']} | {b} | {r['cold_compile_s']:.1f} | {bk} | {warm} | "
+                         f"{r['peak_rss_mb']:.0f} |")
+    lines += _targets(cells)
     if micro_rows:
         n0, n1 = micro_rows[0]["nodes"]
         lines += ["", f"Host overhead: chained elementwise ops on 16-element tensors, {n0} and {n1} ATen nodes; "
-                      "per node = the slope between the two (fixed per-call costs cancel)", "",
+                      "per node = the slope between the two (fixed per-call costs cancel); each cell in its own "
+                      "process", "",
                   f"| backend | call us ({n0} nodes) | call us ({n1} nodes) | ns per node |", "|---|---|---|---|"]
         for m in micro_rows:
             lines.append(f"| {m['backend']} | {m['call_us'][0]:.1f} | {m['call_us'][1]:.1f} | "
@@ -359,14 +660,54 @@ def write_results(rows, micro_rows, fusion_rows, eng, a):
             lines.append(f"| {f['backend']} | {f['ms']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(RESULTS, "latest.md"), "w") as f:
+    with open(os.path.join(out, "latest.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(RESULTS, "latest.json"), "w") as f:
-        json.dump(dict(rows=rows, micro=micro_rows, fusion=fusion_rows, engine=eng), f, indent=1)
-    _chart(rows)
+    with open(os.path.join(out, "latest.json"), "w") as f:
+        json.dump(dict(machine=dict(cpu, torch=torch.__version__, threads=THREADS, size=a.size),
+                       settings=dict(runs=a.runs, warmup=a.warmup, min_seconds=a.min_seconds, rank_margin=RANK_MARGIN),
+                       elapsed_s=elapsed_s, cells=cells, micro=micro_rows, fusion=fusion_rows, engine=eng), f, indent=1)
+    _chart(cells, out)
+    print(f"wrote {os.path.join(out, 'latest.md')}, latest.json, latest.png ({elapsed_s:.0f} s)")
 
 
-def _chart(rows):
+def _targets(cells) -> list[str]:
+    summary = []
+    pairs = [c for c in cells if "airgraph_vs_inductor" in c]
+    if pairs:
+        ps = [c["airgraph_vs_inductor"] for c in pairs]
+        verdicts = [_verdict(p) for p in ps]
+        summary.append(f"- geometric-mean speedup of airgraph over Inductor (paired, per round): "
+                       f"**{_geomean([p['ratio'] for p in ps]):.2f}x** over {len(ps)} model/batch pairs "
+                       f"(target >= 1.2x); clearly faster in {verdicts.count('faster')}, tie in "
+                       f"{verdicts.count('tie')}, clearly slower in {verdicts.count('slower')}")
+        ratios = []
+        for c in pairs:
+            ag, ind = c["backends"]["airgraph"], c["backends"]["inductor"]
+            if ag.get("cold_compile_s") and ind.get("cold_compile_s"):
+                ratios.append(f"{c['model']} b{c['batch']} {ag['cold_compile_s'] / ind['cold_compile_s']:.2f}")
+        if ratios:
+            summary.append("- cold compile, airgraph / Inductor (target <= 0.05): " + ", ".join(ratios))
+    ve = [(c, c["backends"]["airgraph"]["vs_eager"]) for c in cells
+          if "vs_eager" in c["backends"].get("airgraph", {})]
+    if ve:
+        b1 = [(c, p) for c, p in ve if c["batch"] == 1]
+        fast = [c for c, p in b1 if _verdict(p) == "faster"]
+        other = [f"{c['model']} b{c['batch']} {p['ratio']:.2f}x ({_verdict(p)})" for c, p in ve
+                 if _verdict(p) != "faster"]
+        summary.append(f"- clearly faster than eager at batch 1: {len(fast)} of {len(b1)} models; "
+                       f"not clearly faster: {', '.join(other) or 'none'}")
+        summary.append(f"- geometric-mean speedup over eager: {_geomean([p['ratio'] for _, p in ve]):.2f}x")
+    mem = []
+    for c in cells:
+        ag, e = c["backends"].get("airgraph", {}), c["backends"].get("eager", {})
+        if "peak_rss_mb" in ag and "peak_rss_mb" in e and ag["peak_rss_mb"] > e["peak_rss_mb"]:
+            mem.append(f"{c['model']} b{c['batch']} +{ag['peak_rss_mb'] - e['peak_rss_mb']:.0f} MB")
+    if any("peak_rss_mb" in c["backends"].get("airgraph", {}) for c in cells):
+        summary.append(f"- peak RSS above eager's: {', '.join(mem) or 'none'}")
+    return ["", "**Targets:**", ""] + summary if summary else []
+
+
+def _chart(cells, out):
     try:
         import matplotlib
 
@@ -374,25 +715,28 @@ def _chart(rows):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    keys = sorted({(r["model"], r["batch"]) for r in rows}, key=lambda k: (k[0], k[1]))
-    backends = [b for b in BACKENDS if any(r["backend"] == b for r in rows)]
-    eager = {(r["model"], r["batch"]): r.get("median_ms") for r in rows if r["backend"] == "eager"}
-    fig, ax = plt.subplots(figsize=(max(8, len(keys) * 1.2), 4.5))
+    if not cells:
+        return
+    backends = [b for b in BACKENDS if any("vs_eager" in c["backends"].get(b, {}) for c in cells)]
+    fig, ax = plt.subplots(figsize=(max(8, len(cells) * 1.2), 4.5))
     w = 0.8 / max(1, len(backends))
     for j, b in enumerate(backends):
-        ys = []
-        for k in keys:
-            r = next((r for r in rows if (r["model"], r["batch"]) == k and r["backend"] == b), None)
-            ys.append(eager[k] / r["median_ms"] if r and "median_ms" in r and eager.get(k) else 0)
-        ax.bar([i + j * w for i in range(len(keys))], ys, w, label=b)
+        ys, lo, hi = [], [], []
+        for c in cells:
+            p = c["backends"].get(b, {}).get("vs_eager")
+            ys.append(p["ratio"] if p else 0)
+            lo.append(p["ratio"] - p["p25"] if p else 0)
+            hi.append(p["p75"] - p["ratio"] if p else 0)
+        ax.bar([i + j * w for i in range(len(cells))], ys, w, yerr=[lo, hi], capsize=2, label=b)
     ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_xticks([i + w * (len(backends) - 1) / 2 for i in range(len(keys))])
-    ax.set_xticklabels([f"{m}\nb{bt}" for m, bt in keys], fontsize=8)
-    ax.set_ylabel("speedup over eager")
-    ax.set_title("airgraph benchmark: speedup over eager PyTorch (2 threads)")
+    ax.set_xticks([i + w * (len(backends) - 1) / 2 for i in range(len(cells))])
+    ax.set_xticklabels([f"{c['model']}\nb{c['batch']}" for c in cells], fontsize=8)
+    ax.set_ylabel("speedup over eager (per-round ratio;\nbars: median, whiskers: p25-p75)")
+    ax.set_title(f"airgraph benchmark: speedup over eager PyTorch ({THREADS} threads, interleaved rounds)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(RESULTS, "latest.png"), dpi=110)
+    fig.savefig(os.path.join(out, "latest.png"), dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
