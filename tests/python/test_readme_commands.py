@@ -1,0 +1,265 @@
+"""The README's commands, run the way a user runs them: each in a fresh
+subprocess (sys.executable, HF_HUB_OFFLINE=1, PYTHONPATH / AIRGRAPH_EXT_DIR
+inherited when a developer set them), never in this test process.
+
+- backend="airgraph" by name in a process that never imported airgraph, with and
+  without options={...}, after `import airgraph`, and from a source tree without
+  the installed entry point;
+- the README's first Python block, as written there;
+- the Debugging section's command lines (data dumps, then `python -m airgraph.debug
+  compare`), as written there;
+- bench/run.py in its tiny configuration and bench/zoo_report.py on one small model.
+"""
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)  # keeps PYTHONPATH / AIRGRAPH_EXT_DIR when the developer set them
+    # ... made absolute, as some commands run in another folder (PYTHONPATH=python is relative)
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+    if env.get("AIRGRAPH_EXT_DIR"):
+        env["AIRGRAPH_EXT_DIR"] = os.path.abspath(env["AIRGRAPH_EXT_DIR"])
+    env["HF_HUB_OFFLINE"] = "1"
+    env.update(extra)
+    return env
+
+
+def _python(args, timeout=180, cwd=ROOT, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=_env(**env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _script(tmp_path, name, text) -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def _ok(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 0, f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
+    return p.stdout
+
+
+def _readme_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+# A small model whose result must match eager; prints OK only when every check passed.
+_MODEL = """
+import sys
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4))
+model.eval()
+x = torch.randn(2, 4)
+with torch.no_grad():
+    want = model(x)
+
+
+def check(got):
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def airgraph_ran():
+    # the name resolved to airgraph's own backend function, and it compiled a graph
+    from torch._dynamo.backends.registry import _COMPILER_FNS
+    import airgraph.backend
+    assert _COMPILER_FNS["airgraph"] is airgraph.backend.airgraph_backend, _COMPILER_FNS.get("airgraph")
+"""
+
+
+def test_backend_by_name_in_a_fresh_process(tmp_path):
+    # The README's first line: no import of airgraph, Dynamo loads the entry point.
+    s = _script(tmp_path, "by_name.py", _MODEL + """
+assert "airgraph" not in sys.modules
+with torch.no_grad():
+    check(torch.compile(model, backend="airgraph")(x))
+assert "airgraph" in sys.modules
+airgraph_ran()
+print("OK")
+""")
+    assert _ok(_python([s])).strip().endswith("OK")
+
+
+def test_backend_by_name_with_options_in_a_fresh_process(tmp_path):
+    # options={...} reach airgraph's CompilerConfig: a graph dump appears where dump_dir says, without the
+    # disabled pass; an unknown option is refused by name (not silently ignored).
+    dump = tmp_path / "dump"
+    s = _script(tmp_path, "by_name_options.py", _MODEL + f"""
+assert "airgraph" not in sys.modules
+opts = {{"disable_passes": ["cse"], "dump_graph": True, "dump_dir": {str(dump)!r}}}
+with torch.no_grad():
+    check(torch.compile(model, backend="airgraph", options=opts)(x))
+airgraph_ran()
+torch._dynamo.reset()
+try:
+    with torch.no_grad():
+        torch.compile(model, backend="airgraph", options={{"no_such_option": 1}})(x)
+except Exception as e:
+    assert "no_such_option" in str(e), e
+else:
+    raise AssertionError("an unknown option was accepted")
+print("OK")
+""")
+    assert _ok(_python([s])).strip().endswith("OK")
+    stages = sorted(p.name for p in dump.glob("graph_*/*.txt"))
+    assert any(re.match(r"\d\d_lowered", n) for n in stages), stages
+    assert any("dce" in n for n in stages), stages  # the other passes ran
+    assert not any("cse" in n for n in stages), stages  # the disabled one did not
+
+
+def test_backend_by_name_after_import_and_after_listing(tmp_path):
+    # `import airgraph` first, then the name; and the entry points listed before the import.
+    s = _script(tmp_path, "after_import.py", _MODEL + """
+import airgraph
+with torch.no_grad():
+    check(torch.compile(model, backend="airgraph")(x))
+airgraph_ran()
+print("OK")
+""")
+    assert _ok(_python([s])).strip().endswith("OK")
+    s = _script(tmp_path, "after_listing.py", _MODEL + """
+assert "airgraph" in torch._dynamo.list_backends()   # reads the entry points, imports nothing of ours
+assert "airgraph" not in sys.modules
+import airgraph
+with torch.no_grad():
+    check(torch.compile(model, backend="airgraph")(x))
+airgraph_ran()
+print("OK")
+""")
+    assert _ok(_python([s])).strip().endswith("OK")
+
+
+def test_backend_by_name_from_a_source_tree_without_entry_point(tmp_path):
+    # PYTHONPATH=python with no installed package: there is no entry point, so the name works
+    # once airgraph is imported (and only then). Simulated by hiding the entry point group.
+    s = _script(tmp_path, "no_entry_point.py", _MODEL + """
+import importlib.metadata as md
+
+_orig = md.entry_points
+def entry_points(**kw):
+    if kw.get("group") == "torch_dynamo_backends":
+        return md.EntryPoints([])
+    return _orig(**kw)
+md.entry_points = entry_points
+
+assert "airgraph" not in torch._dynamo.list_backends()
+import airgraph
+assert "airgraph" in torch._dynamo.list_backends()
+with torch.no_grad():
+    check(torch.compile(model, backend="airgraph")(x))
+airgraph_ran()
+print("OK")
+""")
+    assert _ok(_python([s])).strip().endswith("OK")
+
+
+def test_readme_first_python_block(tmp_path):
+    # The block exactly as the README shows it, after a prelude that defines `model` and `inputs`.
+    block = _readme_blocks("python")[0]
+    assert 'backend="airgraph"' in block and "airgraph.explain" in block, block
+    s = _script(tmp_path, "readme_first_block.py", _MODEL + "\ninputs = (x,)\nmodel_eager = model\n" + block + """
+with torch.no_grad():
+    check(model(*inputs))
+print("OK")
+""")
+    out = _ok(_python([s]))
+    assert out.strip().endswith("OK")
+    m = re.search(r"airgraph explain: .* (\d+) native, (\d+) fallback", out)  # explain's report was printed
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) == 0, out
+
+
+def _debug_commands() -> list[str]:
+    """The Debugging section's command lines (the data dumps and the compare)."""
+    for block in _readme_blocks("bash"):
+        if "AIRGRAPH_DUMP_DATA=1" in block and "airgraph.debug compare" in block:
+            return [l for l in block.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    raise AssertionError("README: no bash block with AIRGRAPH_DUMP_DATA=1 and `python -m airgraph.debug compare`")
+
+
+def test_readme_debug_dump_and_compare_commands(tmp_path):
+    # my_script.py of the README: any script that calls a model compiled by name.
+    script = _script(tmp_path, "my_script.py", _MODEL + """
+with torch.no_grad():
+    check(torch.compile(model, backend="airgraph")(x))
+""")
+    commands = _debug_commands()
+    assert len(commands) == 3, commands
+    outs = []
+    for line in commands:
+        words = shlex.split(line)
+        env = {}
+        while "=" in words[0]:
+            k, v = words.pop(0).split("=", 1)
+            env[k] = v
+        assert words[0] == "python", line
+        # the README's /tmp/... folders, moved under tmp_path; my_script.py is the script above
+        args = [str(tmp_path / w[len("/tmp/"):]) if w.startswith("/tmp/") else w for w in words[1:]]
+        args = [str(script) if a == "my_script.py" else a for a in args]
+        env = {k: str(tmp_path / v[len("/tmp/"):]) if v.startswith("/tmp/") else v for k, v in env.items()}
+        outs.append(_python(args, cwd=tmp_path, **env))
+    for p in outs[:2]:
+        _ok(p)
+    # the folders the README names exist (data_0 from the engine, eager_data_0 from run_eagerly)
+    compare_args = shlex.split(commands[2])[-2:]
+    for a in compare_args:
+        assert (tmp_path / a[len("/tmp/"):] / "index.json").exists(), a
+    out = _ok(outs[2])
+    assert "airgraph compare:" in out and "no divergence" in out, out
+    n = int(re.search(r"(\d+) node outputs compared", out).group(1))
+    assert n >= 2, out
+
+
+def test_bench_tiny(tmp_path):
+    # The README's benchmark in its tiny configuration; results go to --out, never to bench/results.
+    committed = ROOT / "bench" / "results" / "latest.md"
+    before = committed.stat().st_mtime if committed.exists() else None
+    out_dir = tmp_path / "bench"
+    out = _ok(_python(["bench/run.py", "--tiny", "--out", out_dir], timeout=600))
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"\| minilm \| 1 \| (\w+) \| ([0-9.]+) \| ([0-9.]+)-([0-9.]+) \|", line)
+        if m:
+            rows[m.group(1)] = [float(g) for g in m.groups()[1:]]
+    assert {"eager", "airgraph"} <= set(rows), out
+    for b, (med, p25, p75) in rows.items():
+        assert 0 < p25 <= med <= p75, (b, med, p25, p75)
+    assert re.search(r"ISA: .*avx2", out), out  # the header names the CPU's instruction sets
+    assert "torch 2." in out
+    assert re.search(r"\| minilm \| 1 \| \d+ \| \w+ [<~] ", out), out  # the ranking row
+    md = (out_dir / "latest.md").read_text()
+    assert "| minilm | 1 | airgraph |" in md
+    data = json.loads((out_dir / "latest.json").read_text())
+    (cell,) = data["cells"]
+    assert cell["rounds"] >= 3
+    t = cell["times_ms"]
+    assert len(t["eager"]) == len(t["airgraph"]) == cell["rounds"]  # paired: one call of each per round
+    ag = cell["backends"]["airgraph"]
+    assert ag["max_diff"] < 1e-3 and ag["cold_compile_s"] > 0 and ag["peak_rss_mb"] > 0, ag
+    assert (committed.stat().st_mtime if committed.exists() else None) == before
+
+
+def test_zoo_report_small(tmp_path):
+    out_md = tmp_path / "zoo.md"
+    out = _ok(_python(["bench/zoo_report.py", "--size", "small", "--models", "minilm", "--runs", "3",
+                       "--out", out_md]))
+    row = next((l for l in out.splitlines() if l.startswith("| minilm |")), None)
+    assert row, out
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert int(cells[1]) > 10 and int(cells[2]) == 0, row  # ATen nodes, none fell back
+    assert float(cells[3].split()[0]) < 1e-3, row  # max diff vs eager
+    assert "| minilm |" in out_md.read_text()
