@@ -9,6 +9,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <mutex>
 #include <sstream>
 #include <type_traits>
 #include <variant>
@@ -222,10 +224,31 @@ class PyGraph {
   }
 };
 
+// A compiled graph: the read-only Program and a pool of executors, one per
+// concurrent caller (calls release the GIL, so Python threads run at once).
 class PyExecutable {
  public:
-  std::shared_ptr<Program> prog;
-  std::unique_ptr<Executor> exe;
+  std::shared_ptr<const Program> prog;
+  std::unique_ptr<ExecutorPool> pool;
+  std::atomic<bool> profiling{false};
+  std::mutex last_mu;  // the profile of the call that finished last
+  std::vector<int64_t> last_times, last_starts;
+
+  explicit PyExecutable(std::shared_ptr<const Program> p)
+      : prog(std::move(p)), pool(std::make_unique<ExecutorPool>(prog)) {}
+
+  // Runs on an executor of the pool; the GIL must be released by the caller.
+  void run_into(const void* const* ins, void* const* roots) {
+    ExecutorPool::Lease ex = pool->acquire();
+    const bool prof = profiling.load(std::memory_order_relaxed);
+    ex->set_profiling(prof);
+    ex->run_into(ins, roots);
+    if (prof) {
+      std::lock_guard<std::mutex> lk(last_mu);
+      last_times = ex->last_times_ns();
+      last_starts = ex->last_starts_ns();
+    }
+  }
 
   nb::list run(const std::vector<Arr>& inputs, int threads) {
     const Program& P = *prog;
@@ -246,7 +269,8 @@ class PyExecutable {
     std::vector<OutBuffer> outs;
     {
       nb::gil_scoped_release nogil;
-      outs = exe->run(ptrs);
+      ExecutorPool::Lease ex = pool->acquire();
+      outs = ex->run(ptrs);
     }
     nb::list res;
     for (auto& o : outs) {
@@ -327,10 +351,7 @@ NB_MODULE(_C, m) {
       .def(
           "compile",
           [](PyGraph& g, bool inplace, const std::string& fault_node) {
-            auto* e = new PyExecutable();
-            e->prog = compile_program(*g.g, inplace, fault_node);
-            e->exe = std::make_unique<Executor>(e->prog);
-            return e;
+            return new PyExecutable(compile_program(*g.g, inplace, fault_node));
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::rv_policy::take_ownership);
 
@@ -346,8 +367,7 @@ NB_MODULE(_C, m) {
                      "run_ptrs: expected ", P.input_types.size(), " inputs and ", P.external_bytes.size(), " roots");
             if (threads > 0) set_num_threads(threads);
             nb::gil_scoped_release nogil;
-            e.exe->run_into(reinterpret_cast<const void* const*>(ins.data()),
-                            reinterpret_cast<void* const*>(roots.data()));
+            e.run_into(reinterpret_cast<const void* const*>(ins.data()), reinterpret_cast<void* const*>(roots.data()));
           },
           nb::arg("inputs"), nb::arg("roots"), nb::arg("threads") = 0)
       .def("layout",
@@ -358,7 +378,7 @@ NB_MODULE(_C, m) {
              for (auto& t : P.input_types) ins.append(nb::make_tuple(dtype_name(t.dtype), t.shape()));
              for (size_t b : P.external_bytes) roots.append(b);
              for (auto& o : P.outputs) {
-               AG_CHECK(o.kind == LocKind::External, "output %", o.value->name, " is not a fresh buffer");
+               AG_CHECK(o.kind == LocKind::External, "output %", o.name, " is not a fresh buffer");
                outs.append(nb::make_tuple(o.index, o.offset, dtype_name(o.type.dtype), o.type.shape()));
              }
              nb::dict d;
@@ -375,6 +395,8 @@ NB_MODULE(_C, m) {
              d["naive_bytes"] = e.prog->stats.naive_bytes;
              d["const_bytes"] = e.prog->stats.const_bytes;
              d["inplace"] = e.prog->stats.inplace;
+             d["scratch_bytes"] = e.prog->scratch_bytes;
+             d["executors"] = e.pool->size();
              return d;
            })
       .def("instructions",
@@ -384,9 +406,16 @@ NB_MODULE(_C, m) {
                r.emplace_back(e.prog->instr_names[i], e.prog->instr_ops[i], e.prog->instrs[i].kernel->name());
              return r;
            })
-      .def("set_profiling", [](PyExecutable& e, bool on) { e.exe->set_profiling(on); })
-      .def("last_times_ns", [](PyExecutable& e) { return e.exe->last_times_ns(); })
-      .def("last_starts_ns", [](PyExecutable& e) { return e.exe->last_starts_ns(); });
+      .def("set_profiling", [](PyExecutable& e, bool on) { e.profiling = on; })
+      .def("last_times_ns",
+           [](PyExecutable& e) {
+             std::lock_guard<std::mutex> lk(e.last_mu);
+             return e.last_times;
+           })
+      .def("last_starts_ns", [](PyExecutable& e) {
+        std::lock_guard<std::mutex> lk(e.last_mu);
+        return e.last_starts;
+      });
 
   m.def("ops", [] {
     std::vector<std::string> r;

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "ir/error.h"
+#include "ir/graph.h"
 
 namespace ag {
 namespace {
@@ -30,6 +31,12 @@ std::vector<const OpDef*> all_ops() {
   std::vector<const OpDef*> v;
   for (auto& [k, d] : registry()) v.push_back(&d);
   return v;
+}
+
+void run_kernel_once(const Kernel& k, void* const* in, void* const* out) {
+  std::shared_ptr<Storage> scratch = Storage::allocate(k.scratch_bytes());
+  std::unique_ptr<KernelState> state = k.make_state();
+  k.run(in, out, RunCtx{scratch->data, state.get()});
 }
 
 }  // namespace ag

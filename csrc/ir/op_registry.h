@@ -29,15 +29,41 @@ enum OpProps : uint32_t {
   kNoCSE = 1u << 4,
 };
 
-// A compiled kernel for one node. run() gets the node's input and output
-// pointers in order; it must not allocate or throw on the hot path except for
-// data-dependent errors (an index out of range), which it reports by throwing.
+// Per-executor mutable state of a kernel (oneDNN argument maps whose data
+// handles are re-pointed on every call). Made once per executor by
+// Kernel::make_state; never shared between executors.
+class KernelState {
+ public:
+  virtual ~KernelState() = default;
+};
+
+// What an executor lends a kernel for one run: `scratch` holds the kernel's
+// scratch_bytes() (64-byte aligned, owned by that executor, contents undefined
+// on entry), `state` is what make_state() returned for that executor.
+struct RunCtx {
+  void* scratch = nullptr;
+  KernelState* state = nullptr;
+};
+
+// A compiled kernel for one node, built once at compile time and then
+// read-only: one kernel serves every executor (and so every calling thread) at
+// once. run() gets the node's input and output pointers in order and writes
+// nothing but its outputs, ctx.scratch and ctx.state. It must not allocate or
+// throw on the hot path except for data-dependent errors (an index out of
+// range), which it reports by throwing.
 class Kernel {
  public:
   virtual ~Kernel() = default;
-  virtual void run(void* const* in, void* const* out) = 0;
+  virtual void run(void* const* in, void* const* out, const RunCtx& ctx) const = 0;
+  // Bytes of per-run scratch (temporary buffers, oneDNN scratchpads).
+  virtual size_t scratch_bytes() const { return 0; }
+  virtual std::unique_ptr<KernelState> make_state() const { return nullptr; }
   virtual std::string name() const { return "kernel"; }  // e.g. "onednn_matmul_f32"
 };
+
+// Runs a kernel once outside any executor (constant folding, tests): makes its
+// state and scratch for this one run.
+void run_kernel_once(const Kernel& k, void* const* in, void* const* out);
 
 using InferFn = std::vector<TensorType> (*)(const std::vector<TensorType>& in, const Attrs& attrs);
 using MakeKernelFn = std::unique_ptr<Kernel> (*)(const Node& node);

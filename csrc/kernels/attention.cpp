@@ -12,8 +12,8 @@
 // as [B*Hk, G*L, E] (G = H/Hk) against k^T [B*Hk, E, S] gives the scores
 // [B*Hk, G*L, S]; the softmax pass applies scale, mask and causality row by row
 // (parallel, vectorized exp); probabilities @ v [B*Hk, S, Ev] is exactly the
-// output [B, H, L, Ev]. The score buffer is a per-thread scratch shared by
-// every attention node; (b, key head) pairs are processed in chunks that keep
+// output [B, H, L, Ev]. The score buffer lives in the run's scratch (the
+// executor's); (b, key head) pairs are processed in chunks that keep
 // it under kScoreBudget floats. A head whose own scores would exceed the budget
 // (very long sequences) runs a row kernel instead: per query row, dot products,
 // softmax and the weighted sum of value rows.
@@ -52,14 +52,6 @@ std::vector<TensorType> infer_sdpa(const std::vector<TensorType>& in, const Attr
   return {TensorType(q.dtype, {q.size(0), q.size(1), q.size(2), v.size(3)})};
 }
 
-// Per-thread f32 scratch shared by all attention nodes (a node uses it only
-// during its own run; the caller's thread owns it, OpenMP workers borrow it).
-float* thread_scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
 constexpr int64_t kScoreBudget = int64_t(1) << 22;  // floats (16 MiB) of scores per chunk
 
 using dnnl_util::Exec;
@@ -91,17 +83,31 @@ class SdpaKernel final : public Kernel {
     nblk_ = (L_ + kRows - 1) / kRows;
     slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads()});
     per_slot_ = S_ + E_ + Ev_;
+    n_scores_ = gemm_ ? static_cast<size_t>(chunk_ * G_ * L_ * S_) : static_cast<size_t>(std::max(slots_, 1) * per_slot_);
+    const int64_t nq = B_ * H_ * L_ * E_, nk = B_ * Hk_ * S_ * E_, nv = B_ * Hk_ * S_ * Ev_, no = B_ * H_ * L_ * Ev_;
+    floats_ = n_scores_ + (t_ == DType::f32 ? 0 : static_cast<size_t>(nq + nk + nv + no));
+    pad_ = std::max(full_.qk.scratch_bytes, std::max(full_.pv.scratch_bytes,
+                                                     std::max(rest_.qk.scratch_bytes, rest_.pv.scratch_bytes)));
+  }
+
+  // scores (and the f32 copies of 16-bit inputs), then the GEMMs' scratchpad
+  size_t scratch_bytes() const override { return (floats_ * sizeof(float) + 63) / 64 * 64 + pad_; }
+  std::unique_ptr<KernelState> make_state() const override {
+    if (!gemm_) return nullptr;
+    auto st = std::make_unique<State>();
+    st->full = {full_.qk.make_args(), full_.pv.make_args()};
+    if (rest_.qk.prim) st->rest = {rest_.qk.make_args(), rest_.pv.make_args()};
+    return st;
   }
 
   std::string name() const override { return std::string(gemm_ ? "sdpa_gemm_" : "sdpa_rows_") + dtype_name(t_); }
 
-  void run(void* const* in, void* const* out) override {
+  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
     if (B_ * H_ * L_ * Ev_ == 0) return;
     const int64_t nq = B_ * H_ * L_ * E_, nk = B_ * Hk_ * S_ * E_, nv = B_ * Hk_ * S_ * Ev_, no = B_ * H_ * L_ * Ev_;
     const bool f32 = t_ == DType::f32;
-    const size_t n_scores = gemm_ ? static_cast<size_t>(chunk_ * G_ * L_ * S_)
-                                  : static_cast<size_t>(std::max(slots_, 1) * per_slot_);
-    float* scratch = thread_scratch(n_scores + (f32 ? 0 : static_cast<size_t>(nq + nk + nv + no)));
+    const size_t n_scores = n_scores_;
+    float* scratch = static_cast<float*>(ctx.scratch);
     const float *Q = static_cast<const float*>(in[0]), *K = static_cast<const float*>(in[1]),
                 *V = static_cast<const float*>(in[2]);
     float* O = static_cast<float*>(out[0]);
@@ -115,7 +121,8 @@ class SdpaKernel final : public Kernel {
     auto body = [&](const auto* mask) {
       using M = std::remove_cv_t<std::remove_pointer_t<decltype(mask)>>;
       if (gemm_)
-        run_gemm<M>(Q, K, V, mask, O, scratch);
+        run_gemm<M>(Q, K, V, mask, O, scratch, *static_cast<State*>(ctx.state),
+                    static_cast<char*>(ctx.scratch) + (floats_ * sizeof(float) + 63) / 64 * 64);
       else
         run_rows<M>(Q, K, V, mask, O, scratch);
     };
@@ -134,6 +141,12 @@ class SdpaKernel final : public Kernel {
 
   struct Gemms {
     Exec qk, pv;
+  };
+  struct GemmArgs {
+    dnnl_util::Args qk, pv;
+  };
+  struct State : KernelState {
+    GemmArgs full, rest;
   };
 
   // The two GEMMs for `nb` (batch, key head) pairs: scores = q k^T, out = p v.
@@ -157,15 +170,17 @@ class SdpaKernel final : public Kernel {
   }
 
   template <typename M>
-  void run_gemm(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scores) {
+  void run_gemm(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scores, State& st,
+                void* pad) const {
     const int64_t total = B_ * Hk_, rows = G_ * L_;
     for (int64_t c0 = 0; c0 < total; c0 += chunk_) {
       const int64_t nb = std::min(chunk_, total - c0);
-      Gemms& g = nb == chunk_ ? full_ : rest_;
-      g.qk.set(DNNL_ARG_SRC, const_cast<float*>(Q + c0 * rows * E_));
-      g.qk.set(DNNL_ARG_WEIGHTS, const_cast<float*>(K + c0 * S_ * E_));
-      g.qk.set(DNNL_ARG_DST, scores);
-      g.qk.run();
+      const Gemms& g = nb == chunk_ ? full_ : rest_;
+      GemmArgs& a = nb == chunk_ ? st.full : st.rest;
+      a.qk.set(DNNL_ARG_SRC, const_cast<float*>(Q + c0 * rows * E_));
+      a.qk.set(DNNL_ARG_WEIGHTS, const_cast<float*>(K + c0 * S_ * E_));
+      a.qk.set(DNNL_ARG_DST, scores);
+      g.qk.run(a.qk, pad);
       // softmax over each score row, in place: scale, mask, causality
       parallel_for(nb * rows, std::max<int64_t>(1, 8192 / S_), [&](int64_t rb, int64_t re) {
         for (int64_t r = rb; r < re; ++r) {
@@ -176,10 +191,10 @@ class SdpaKernel final : public Kernel {
           softmax_row(scores + r * S_, mrow, causal_ ? std::min(S_, i + 1) : S_);
         }
       });
-      g.pv.set(DNNL_ARG_SRC, scores);
-      g.pv.set(DNNL_ARG_WEIGHTS, const_cast<float*>(V + c0 * S_ * Ev_));
-      g.pv.set(DNNL_ARG_DST, O + c0 * rows * Ev_);
-      g.pv.run();
+      a.pv.set(DNNL_ARG_SRC, scores);
+      a.pv.set(DNNL_ARG_WEIGHTS, const_cast<float*>(V + c0 * S_ * Ev_));
+      a.pv.set(DNNL_ARG_DST, O + c0 * rows * Ev_);
+      g.pv.run(a.pv, pad);
     }
   }
 
@@ -227,7 +242,7 @@ class SdpaKernel final : public Kernel {
 
   // Row kernel for heads whose scores exceed the GEMM path's budget.
   template <typename M>
-  void run_rows(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scratch) {
+  void run_rows(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scratch) const {
     const int64_t work = B_ * H_ * nblk_;
     const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * S_ * (E_ + Ev_)));
     parallel_for(work, grain, [&](int64_t wb, int64_t we) {
@@ -283,6 +298,7 @@ class SdpaKernel final : public Kernel {
   Gemms full_, rest_;
   int slots_;
   int64_t per_slot_;
+  size_t n_scores_ = 0, floats_ = 0, pad_ = 0;  // scratch: score floats, all floats, oneDNN scratchpad bytes
 };
 
 std::unique_ptr<Kernel> make_sdpa(const Node& n) { return std::make_unique<SdpaKernel>(n); }

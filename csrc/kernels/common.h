@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ir/attrs.h"
@@ -87,21 +88,50 @@ Shape broadcast_strides(const Shape& in, const Shape& out);
 // Inference helpers.
 std::vector<TensorType> infer_same(const std::vector<TensorType>& in, const Attrs&);  // output = input 0
 
+// Per-run scratch of one kernel, laid out at build time: add() reserves a
+// 64-byte aligned sub-buffer and returns its offset; at run time at(ctx, off)
+// is its address in the executor's scratch (ctx.scratch). kNone: not reserved.
+struct ScratchLayout {
+  static constexpr size_t kNone = ~size_t{0};
+  size_t bytes = 0;
+  size_t add(size_t n) {
+    size_t off = bytes;
+    bytes += (n + 63) / 64 * 64;
+    return off;
+  }
+  template <typename T = void>
+  static T* at(const RunCtx& c, size_t off) {
+    return off == kNone ? nullptr : reinterpret_cast<T*>(static_cast<char*>(c.scratch) + off);
+  }
+};
+
 // A kernel from a lambda: make_fn_kernel("name", [state](void* const* in, void* const* out){...}).
+// The lambda is called const (captured state is read-only at run time); one that
+// needs temporary memory takes a third argument, `scratch_bytes` bytes of it:
+// make_fn_kernel("name", bytes, [](void* const* in, void* const* out, void* scratch){...}).
 template <typename F>
 class FnKernel final : public Kernel {
  public:
-  FnKernel(std::string n, F f) : name_(std::move(n)), f_(std::move(f)) {}
-  void run(void* const* in, void* const* out) override { f_(in, out); }
+  FnKernel(std::string n, F f, size_t scratch = 0) : name_(std::move(n)), f_(std::move(f)), scratch_(scratch) {}
+  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
+    if constexpr (std::is_invocable_v<const F&, void* const*, void* const*, void*>) f_(in, out, ctx.scratch);
+    else f_(in, out);
+  }
+  size_t scratch_bytes() const override { return scratch_; }
   std::string name() const override { return name_; }
 
  private:
   std::string name_;
   F f_;
+  size_t scratch_;
 };
 template <typename F>
 std::unique_ptr<Kernel> make_fn_kernel(std::string name, F f) {
   return std::make_unique<FnKernel<F>>(std::move(name), std::move(f));
+}
+template <typename F>
+std::unique_ptr<Kernel> make_fn_kernel(std::string name, size_t scratch_bytes, F f) {
+  return std::make_unique<FnKernel<F>>(std::move(name), std::move(f), scratch_bytes);
 }
 
 }  // namespace ag

@@ -98,8 +98,8 @@ class ConvKernel final : public Kernel {
     }
     if (x_n_ == 0 || w_n_ == 0) {  // no input channels: out = bias
       zero_ = true;
-      if (t_ != DType::f32) out_f32_ = alloc_buffer(o_n_ * 4);
-      if (has_bias_) bias_f32_ = alloc_buffer(O_ * 4);
+      if (t_ != DType::f32) out_f32_ = scratch_.add(o_n_ * 4);
+      if (has_bias_) bias_f32_ = scratch_.add(O_ * 4);
       if (!epi_.empty()) name_ = "conv_zero_channels" + post_name(0);
       return;
     }
@@ -158,7 +158,7 @@ class ConvKernel final : public Kernel {
       if (prim_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
       in_ro_.init(plain_desc(xs_, d), pd.src_desc());
       out_ro_.init(pd.dst_desc(), plain_desc(os_, d));
-      x_blk_bytes_ = pd.src_desc().get_size();  // blocked copies live in shared scratch slots
+      x_blk_bytes_ = pd.src_desc().get_size();  // blocked copies live in the run's scratch
       o_blk_bytes_ = pd.dst_desc().get_size();
       w_plain_ = plain_desc(wg, d);
       w_md_ = pd.weights_desc();
@@ -177,19 +177,15 @@ class ConvKernel final : public Kernel {
           if (to_dnnl(op.dt) != d) {
             pa.widen = op.dt;
             pa.n = TensorType(op.dt, op.shape).numel();
-            pa.wide = alloc_buffer(pa.n * 4);
             md = plain_desc(op.shape, d);
           }
           pa.ro.init(md, pd.dst_desc());
           md = pd.dst_desc();
-          pa.slot = dnnl_util::kSlotPost + static_cast<int>(i);
           pa.bytes = md.get_size();
-          // a constant is reordered once; so is every operand past the shared slots
-          if (pa.ro.needed && (op.cdata || pa.slot >= dnnl_util::kSlots)) pa.buf = alloc_buffer(pa.bytes);
         }
         exec_.bind(pa.arg, md);
-        if (op.cdata) {
-          exec_.set(pa.arg, pa.prepare(const_cast<void*>(op.cdata)));
+        if (op.cdata) {  // a constant is widened and reordered once
+          exec_.set(pa.arg, pa.prepare_const(const_cast<void*>(op.cdata)));
           pa.input = -1;  // nothing to do per call
         }
       }
@@ -204,14 +200,24 @@ class ConvKernel final : public Kernel {
                shape_str(ws_));
     }
     if (emu_) {
-      x_f32_ = alloc_buffer(x_n_ * 4);
-      out_f32_ = alloc_buffer(o_n_ * 4);
-      if (!w_const) w_f32_ = alloc_buffer(w_n_ * 4);
-      if (has_bias_) bias_f32_ = alloc_buffer(O_ * 4);
+      x_f32_ = scratch_.add(x_n_ * 4);
+      out_f32_ = scratch_.add(o_n_ * 4);
+      if (!w_const) w_f32_ = scratch_.add(w_n_ * 4);
       if (b_const) {
-        to_f32(t_, b_const, static_cast<float*>(bias_f32_.data()), O_);
-        bias_ready_ = true;
+        bias_c_ = alloc_buffer(O_ * 4);
+        to_f32(t_, b_const, static_cast<float*>(bias_c_.data()), O_);
+      } else if (has_bias_) {
+        bias_f32_ = scratch_.add(O_ * 4);
       }
+    }
+    // per call: blocked copies of the activations, post-op operands, the scratchpad
+    if (in_ro_.needed) x_blk_ = scratch_.add(x_blk_bytes_);
+    if (out_ro_.needed) o_blk_ = scratch_.add(o_blk_bytes_);
+    if (exec_.scratch_bytes) pad_ = scratch_.add(exec_.scratch_bytes);
+    for (PostArg& pa : post_) {
+      if (pa.input < 0) continue;
+      if (pa.widen != DType::f32) pa.wide_off = scratch_.add(pa.n * 4);
+      if (pa.ro.needed) pa.buf_off = scratch_.add(pa.bytes);
     }
     if (k0_) fold_bias(b_const);
     if (w_const) {  // prepack once
@@ -234,7 +240,7 @@ class ConvKernel final : public Kernel {
       ro.init(w_plain_, w_md_);
       if (ro.needed) {
         packed_ = alloc_buffer(w_md_.get_size());
-        ro.run(const_cast<void*>(src), packed_.data());
+        ro.run_once(const_cast<void*>(src), packed_.data());
       } else {
         packed_ = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
       }
@@ -244,56 +250,78 @@ class ConvKernel final : public Kernel {
 
   std::string name() const override { return name_; }
 
-  void run(void* const* in, void* const* out) override {
+  size_t scratch_bytes() const override { return scratch_.bytes; }
+  std::unique_ptr<KernelState> make_state() const override {
+    if (empty_ || zero_) return nullptr;
+    auto st = std::make_unique<State>();
+    st->exec = exec_.make_args();
+    st->in_ro = in_ro_.make_args();
+    st->out_ro = out_ro_.make_args();
+    for (const PostArg& pa : post_) st->post.push_back(pa.input >= 0 ? pa.ro.make_args() : Args{});
+    return st;
+  }
+
+  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
     if (empty_) return;
     if (zero_) {
-      run_zero(in, out);
+      run_zero(in, out, ctx);
       return;
     }
+    State& st = *static_cast<State*>(ctx.state);
     void* x = in[0];
     if (emu_) {
-      to_f32(t_, x, static_cast<float*>(x_f32_.data()), x_n_);
-      x = x_f32_.data();
+      x = ScratchLayout::at(ctx, x_f32_);
+      to_f32(t_, in[0], static_cast<float*>(x), x_n_);
     }
     if (in_ro_.needed) {
-      void* blk = dnnl_util::shared_scratch(dnnl_util::kSlotSrc, x_blk_bytes_);
-      in_ro_.run(x, blk);
+      void* blk = ScratchLayout::at(ctx, x_blk_);
+      in_ro_.run(st.in_ro, x, blk);
       x = blk;
     }
-    exec_.set(DNNL_ARG_SRC, x);
+    st.exec.set(DNNL_ARG_SRC, x);
     if (!w_const_) {
       void* w = in[1];
       if (emu_) {
-        to_f32(t_, w, static_cast<float*>(w_f32_.data()), w_n_);
-        w = w_f32_.data();
+        w = ScratchLayout::at(ctx, w_f32_);
+        to_f32(t_, in[1], static_cast<float*>(w), w_n_);
       }
-      exec_.set(DNNL_ARG_WEIGHTS, w);
+      st.exec.set(DNNL_ARG_WEIGHTS, w);
     }
     if (has_bias_ && !k0_) {
       void* b = in[2];
-      if (emu_) {
-        if (!bias_ready_) to_f32(t_, b, static_cast<float*>(bias_f32_.data()), O_);
-        b = bias_f32_.data();
+      if (bias_c_.data()) {
+        b = bias_c_.data();
+      } else if (emu_) {
+        b = ScratchLayout::at(ctx, bias_f32_);
+        to_f32(t_, in[2], static_cast<float*>(b), O_);
       }
-      exec_.set(DNNL_ARG_BIAS, b);
+      st.exec.set(DNNL_ARG_BIAS, b);
     }
-    for (PostArg& pa : post_)
-      if (pa.input >= 0) exec_.set(pa.arg, pa.prepare(in[pa.input]));
-    void* o_plain = emu_ ? out_f32_.data() : out[0];
-    void* o = out_ro_.needed ? dnnl_util::shared_scratch(dnnl_util::kSlotDst, o_blk_bytes_) : o_plain;
-    exec_.set(DNNL_ARG_DST, o);
-    exec_.run();
-    if (out_ro_.needed) out_ro_.run(o, o_plain);
+    for (size_t i = 0; i < post_.size(); ++i) {
+      const PostArg& pa = post_[i];
+      if (pa.input >= 0) st.exec.set(pa.arg, pa.prepare(in[pa.input], st.post[i], ctx));
+    }
+    void* o_plain = emu_ ? ScratchLayout::at(ctx, out_f32_) : out[0];
+    void* o = out_ro_.needed ? ScratchLayout::at(ctx, o_blk_) : o_plain;
+    st.exec.set(DNNL_ARG_DST, o);
+    exec_.run(st.exec, ScratchLayout::at(ctx, pad_));
+    if (out_ro_.needed) out_ro_.run(st.out_ro, o, o_plain);
     if (k_dnnl_ < epi_.ops.size()) epi_.apply_all(static_cast<float*>(o_plain), o_n_ / epi_.L, in, k_dnnl_);
     if (emu_) from_f32(t_, static_cast<float*>(o_plain), out[0], o_n_);
   }
 
  private:
-  void run_zero(void* const* in, void* const* out) {
-    float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : static_cast<float*>(out_f32_.data());
+  static constexpr size_t kNone = ScratchLayout::kNone;
+  struct State : KernelState {
+    Args exec, in_ro, out_ro;
+    std::vector<Args> post;  // per post-op operand reorder (empty for constants)
+  };
+
+  void run_zero(void* const* in, void* const* out, const RunCtx& ctx) const {
+    float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : ScratchLayout::at<float>(ctx, out_f32_);
     std::memset(o, 0, o_n_ * 4);
     if (has_bias_) {
-      float* b = static_cast<float*>(bias_f32_.data());
+      float* b = ScratchLayout::at<float>(ctx, bias_f32_);
       to_f32(t_, in[2], b, O_);
       int64_t N = os_[0], inner = o_n_ / std::max<int64_t>(1, N * O_);
       for (int64_t i = 0; i < N; ++i)
@@ -352,20 +380,31 @@ class ConvKernel final : public Kernel {
   struct PostArg {
     int arg = 0, input = -1;  // input: node input to bind per call (-1: bound once)
     Reorder ro;               // full operands: plain -> dst layout
-    Buffer buf;               // constant operands: reordered once; others use shared slot `slot`
-    int slot = 0;
-    size_t bytes = 0;
+    size_t bytes = 0;         // of the reordered operand
     DType widen = DType::f32;  // != f32: widen the operand to f32 first
     int64_t n = 0;
-    Buffer wide;
-    void* prepare(void* p) {
+    Buffer wide, buf;                          // a constant operand, widened / reordered once
+    size_t wide_off = kNone, buf_off = kNone;  // per call operands: in the run's scratch
+    void* prepare_const(void* p) {
       if (widen != DType::f32) {
+        wide = alloc_buffer(n * 4);
         to_f32(widen, p, static_cast<float*>(wide.data()), n);
         p = wide.data();
       }
       if (!ro.needed) return p;
-      void* dst = buf.data() ? buf.data() : dnnl_util::shared_scratch(slot, bytes);
-      ro.run(p, dst);
+      buf = alloc_buffer(bytes);
+      ro.run_once(p, buf.data());
+      return buf.data();
+    }
+    void* prepare(void* p, Args& ro_args, const RunCtx& ctx) const {
+      if (widen != DType::f32) {
+        float* w = ScratchLayout::at<float>(ctx, wide_off);
+        to_f32(widen, p, w, n);
+        p = w;
+      }
+      if (!ro.needed) return p;
+      void* dst = ScratchLayout::at(ctx, buf_off);
+      ro.run(ro_args, p, dst);
       return dst;
     }
   };
@@ -378,12 +417,15 @@ class ConvKernel final : public Kernel {
   bool fold_mul_ = false, fold_add_ = false, prim_bias_ = false;
   Buffer folded_bias_;
   Shape xs_, ws_, os_;
-  bool has_bias_ = false, emu_ = false, empty_ = false, zero_ = false, w_const_ = false, bias_ready_ = false;
+  bool has_bias_ = false, emu_ = false, empty_ = false, zero_ = false, w_const_ = false;
   int64_t x_n_ = 0, w_n_ = 0, o_n_ = 0, O_ = 0;
   Exec exec_;
   Reorder in_ro_, out_ro_;
   dnnl::memory::desc w_plain_, w_md_;
-  Buffer packed_, x_f32_, w_f32_, bias_f32_, out_f32_;
+  Buffer packed_, bias_c_;  // prepacked weights; a constant bias widened to f32
+  ScratchLayout scratch_;
+  size_t x_f32_ = kNone, w_f32_ = kNone, bias_f32_ = kNone, out_f32_ = kNone, x_blk_ = kNone, o_blk_ = kNone,
+         pad_ = kNone;
   size_t x_blk_bytes_ = 0, o_blk_bytes_ = 0;
   std::string name_ = "onednn_conv";
 };

@@ -310,18 +310,19 @@ class FusedKernel final : public Kernel {
     }
     nbuf_ = nbuf;
     nsets_ = std::clamp(std::max(num_threads(), omp_get_max_threads()), 1, 256);
-    const size_t floats = static_cast<size_t>(nbuf_) * kTile * nsets_;
-    mem_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(64, floats * sizeof(float)))));
-    AG_CHECK(mem_ != nullptr, "fused_elementwise: out of memory for scratch");
-    ptrs_.assign(static_cast<size_t>(nslots) * nsets_, nullptr);
-    vals_.assign(static_cast<size_t>(nin_) * nsets_, 0.0f);
     nslots_ = nslots;
+    // per run, one set per thread chunk: tile buffers, slot pointers, one-element input values
+    mem_ = scratch_.add(static_cast<size_t>(nbuf_) * kTile * nsets_ * sizeof(float));
+    ptrs_ = scratch_.add(static_cast<size_t>(nslots_) * nsets_ * sizeof(float*));
+    vals_ = scratch_.add(static_cast<size_t>(nin_) * nsets_ * sizeof(float));
     name_ = "fused_elementwise_" + std::to_string(k) + "ops";
   }
 
   std::string name() const override { return name_; }
 
-  void run(void* const* in, void* const* out) override {
+  size_t scratch_bytes() const override { return scratch_.bytes; }
+
+  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
     if (numel_ == 0) return;
     const int64_t ntiles = (numel_ + kTile - 1) / kTile;
     // a chunk must be worth a task: about as much work as the single-op kernels' cheap grain
@@ -329,12 +330,12 @@ class FusedKernel final : public Kernel {
     int64_t want = std::min<int64_t>({static_cast<int64_t>(nsets_), static_cast<int64_t>(num_threads()), ntiles,
                                       work / ew::kGrainCheap});
     if (want <= 1) {
-      run_tiles(0, 0, ntiles, in, out);
+      run_tiles(ctx, 0, 0, ntiles, in, out);
       return;
     }
     parallel_for(want, 1, [&](int64_t cb, int64_t ce) {
       const int set = static_cast<int>(cb);  // ranges are disjoint: cb identifies the thread
-      run_tiles(set, cb * ntiles / want, ce * ntiles / want, in, out);
+      run_tiles(ctx, set, cb * ntiles / want, ce * ntiles / want, in, out);
     });
   }
 
@@ -354,10 +355,6 @@ class FusedKernel final : public Kernel {
     bool has_lo = false, has_hi = false;
     float p0 = 0, p1 = 0;
   };
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-
   static void configure(Op& op, const double* p) {
     switch (op.code) {
       case kLeakyRelu: op.p0 = static_cast<float>(p[0]); break;
@@ -406,11 +403,11 @@ class FusedKernel final : public Kernel {
     }
   }
 
-  void run_tiles(int set, int64_t t0, int64_t t1, void* const* in, void* const* out) {
-    float* base = mem_.get() + static_cast<size_t>(set) * nbuf_ * kTile;
-    const float** sp = ptrs_.data() + static_cast<size_t>(set) * nslots_;
+  void run_tiles(const RunCtx& ctx, int set, int64_t t0, int64_t t1, void* const* in, void* const* out) const {
+    float* base = ScratchLayout::at<float>(ctx, mem_) + static_cast<size_t>(set) * nbuf_ * kTile;
+    const float** sp = ScratchLayout::at<const float*>(ctx, ptrs_) + static_cast<size_t>(set) * nslots_;
     for (int s = 0; s < nslots_; ++s) sp[s] = slot_buf_[s] >= 0 ? base + slot_buf_[s] * kTile : nullptr;
-    float* sv = vals_.data() + static_cast<size_t>(set) * nin_;
+    float* sv = ScratchLayout::at<float>(ctx, vals_) + static_cast<size_t>(set) * nin_;
     for (int i = 0; i < nin_; ++i)
       if (ins_[i].kind == kScalar) {
         const float v = sv[i] = scalar(i, in[i]);
@@ -603,9 +600,8 @@ class FusedKernel final : public Kernel {
   std::vector<int> slot_buf_;
   std::vector<int> out_slot_;
   std::vector<DType> out_dt_;
-  std::unique_ptr<float, Free> mem_;
-  std::vector<const float*> ptrs_;
-  std::vector<float> vals_;  // per set: the value of each one-element input
+  ScratchLayout scratch_;
+  size_t mem_ = 0, ptrs_ = 0, vals_ = 0;  // offsets in the run's scratch
   std::string name_;
 };
 

@@ -251,7 +251,7 @@ class IndexKernel final : public Kernel {
     x_bytes_ = all[0].nbytes();
   }
 
-  void run(void* const* in_all, void* const* out) override {
+  void run(void* const* in_all, void* const* out, const RunCtx&) const override {
     // in[0] is x, in[1 + j] index tensor j
     const void* in[17];
     in[0] = in_all[0];

@@ -133,26 +133,31 @@ class GemmKernel final : public Kernel {
     setup_emulation_buffers(true, s.b_const == nullptr);
     prepare_weights();
     prepare_manual_bias();
-    if (s.has_bias && !manual_bias_ && s.bias_const && emu_) {
-      bias_f32_ = alloc_buffer(bias_n_ * 4);
-      to_f32(s.t, s.bias_const, static_cast<float*>(bias_f32_.data()), bias_n_);
-      bias_ready_ = true;
-    }
+    if (s.has_bias && !manual_bias_ && emu_) prepare_f32_bias();
+    if (mode_ == Mode::Dnnl && exec_.scratch_bytes) pad_ = scratch_.add(exec_.scratch_bytes);
   }
 
   std::string name() const override { return name_; }
 
-  void run(void* const* in, void* const* out) override {
+  size_t scratch_bytes() const override { return scratch_.bytes; }
+  std::unique_ptr<KernelState> make_state() const override {
+    if (mode_ != Mode::Dnnl) return nullptr;
+    auto st = std::make_unique<State>();
+    st->exec = exec_.make_args();
+    return st;
+  }
+
+  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
     switch (mode_) {
       case Mode::Empty:
         return;
       case Mode::Gemv:
-        run_gemv(in, s_.has_bias ? in[2] : nullptr, out[0]);
+        run_gemv(in, s_.has_bias ? in[2] : nullptr, out[0], ctx);
         return;
       case Mode::ZeroK: {
-        float* o = out_f32(out[0]);
+        float* o = out_f32(out[0], ctx);
         std::memset(o, 0, out_n_ * 4);
-        add_bias(o, in);
+        add_bias(o, in, ctx);
         s_.epi.apply_all(o, out_n_ / s_.epi.L, in, 0);
         finish(o, out[0]);
         return;
@@ -160,42 +165,41 @@ class GemmKernel final : public Kernel {
       case Mode::Dnnl:
         break;
     }
+    Args& args = static_cast<State*>(ctx.state)->exec;
     void* a = in[0];
     if (emu_) {
-      to_f32(s_.t, a, static_cast<float*>(a_f32_.data()), a_n_);
-      a = a_f32_.data();
+      a = ScratchLayout::at(ctx, a_f32_);
+      to_f32(s_.t, in[0], static_cast<float*>(a), a_n_);
     }
-    exec_.set(DNNL_ARG_SRC, a);
+    args.set(DNNL_ARG_SRC, a);
     if (!s_.b_const) {
       void* b = in[1];
       if (emu_) {
-        to_f32(s_.t, b, static_cast<float*>(b_f32_.data()), b_n_);
-        b = b_f32_.data();
+        b = ScratchLayout::at(ctx, b_f32_);
+        to_f32(s_.t, in[1], static_cast<float*>(b), b_n_);
       }
-      exec_.set(DNNL_ARG_WEIGHTS, b);
+      args.set(DNNL_ARG_WEIGHTS, b);
     }
-    if (s_.has_bias && !manual_bias_) {
-      void* bias = in[2];
-      if (emu_) {
-        if (!bias_ready_) to_f32(s_.t, bias, static_cast<float*>(bias_f32_.data()), bias_n_);
-        bias = bias_f32_.data();
-      }
-      exec_.set(DNNL_ARG_BIAS, bias);
-    }
+    if (s_.has_bias && !manual_bias_)
+      args.set(DNNL_ARG_BIAS, emu_ ? const_cast<float*>(f32_bias(in, ctx)) : in[2]);
     for (size_t i = 0; i < k_dnnl_; ++i) {
       const epi::Op& op = s_.epi.ops[i];
-      if (op.input >= 0 && !op.cdata) exec_.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, in[op.input]);
+      if (op.input >= 0 && !op.cdata) args.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, in[op.input]);
     }
-    void* o = emu_ ? out_f32_.data() : out[0];
-    exec_.set(DNNL_ARG_DST, o);
-    exec_.run();
-    if (manual_bias_) add_bias(static_cast<float*>(o), in);
+    void* o = emu_ ? ScratchLayout::at(ctx, out_f32_) : out[0];
+    args.set(DNNL_ARG_DST, o);
+    exec_.run(args, ScratchLayout::at(ctx, pad_));
+    if (manual_bias_) add_bias(static_cast<float*>(o), in, ctx);
     if (k_dnnl_ < s_.epi.ops.size()) s_.epi.apply_all(static_cast<float*>(o), out_n_ / s_.epi.L, in, k_dnnl_);
     if (emu_) from_f32(s_.t, static_cast<float*>(o), out[0], out_n_);
   }
 
  private:
   enum class Mode { Empty, ZeroK, Dnnl, Gemv };
+  struct State : KernelState {
+    Args exec;
+  };
+  static constexpr size_t kNone = ScratchLayout::kNone;
 
   // Builds the primitive for dtype d, then moves the longest prefix of the
   // post-op chain that the same oneDNN implementation accepts into it (the
@@ -277,13 +281,32 @@ class GemmKernel final : public Kernel {
     return r;
   }
 
+  // Per-call f32 copies of 16-bit operands, in the run's scratch.
   void setup_emulation_buffers(bool need_a, bool need_b) {
     if (!emu_ && mode_ != Mode::ZeroK) return;
     if (s_.t == DType::f32) return;
-    if (need_a) a_f32_ = alloc_buffer(a_n_ * 4);
-    if (need_b) b_f32_ = alloc_buffer(b_n_ * 4);
-    if (s_.has_bias && !s_.bias_const) bias_f32_ = alloc_buffer(bias_n_ * 4);
-    out_f32_ = alloc_buffer(out_n_ * 4);
+    if (need_a) a_f32_ = scratch_.add(a_n_ * 4);
+    if (need_b) b_f32_ = scratch_.add(b_n_ * 4);
+    out_f32_ = scratch_.add(out_n_ * 4);
+  }
+
+  // The bias in f32: a constant one widened once here; a 16-bit input one
+  // widened per call into scratch (f32 inputs are read in place).
+  void prepare_f32_bias() {
+    if (s_.bias_const) {
+      if (s_.t == DType::f32) return;
+      bias_c_ = alloc_buffer(bias_n_ * 4);
+      to_f32(s_.t, s_.bias_const, static_cast<float*>(bias_c_.data()), bias_n_);
+    } else if (s_.t != DType::f32 && bias_s_ == kNone) {
+      bias_s_ = scratch_.add(bias_n_ * 4);
+    }
+  }
+  const float* f32_bias(void* const* in, const RunCtx& ctx) const {
+    if (bias_c_.data()) return static_cast<const float*>(bias_c_.data());
+    if (s_.t == DType::f32) return static_cast<const float*>(in[2]);
+    float* b = ScratchLayout::at<float>(ctx, bias_s_);
+    to_f32(s_.t, in[2], b, bias_n_);
+    return b;
   }
 
   void prepare_weights() {
@@ -299,7 +322,7 @@ class GemmKernel final : public Kernel {
     ro.init(b_plain_md_, b_md_);
     if (ro.needed) {
       packed_ = alloc_buffer(b_md_.get_size());
-      ro.run(const_cast<void*>(src), packed_.data());
+      ro.run_once(const_cast<void*>(src), packed_.data());
     } else {
       packed_ = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
     }
@@ -310,24 +333,12 @@ class GemmKernel final : public Kernel {
   void prepare_manual_bias() {
     if (!manual_bias_) return;
     bias_strides_ = broadcast_strides(s_.bias, s_.out);
-    if (s_.bias_const) {
-      bias_f32_ = alloc_buffer(bias_n_ * 4);
-      to_f32(s_.t, s_.bias_const, static_cast<float*>(bias_f32_.data()), bias_n_);
-      bias_ready_ = true;
-    } else if (s_.t != DType::f32 && !bias_f32_.data()) {
-      bias_f32_ = alloc_buffer(bias_n_ * 4);
-    }
+    prepare_f32_bias();
   }
 
-  void add_bias(float* o, void* const* in) {
+  void add_bias(float* o, void* const* in, const RunCtx& ctx) const {
     if (!manual_bias_) return;
-    const float* b;
-    if (bias_ready_) b = static_cast<const float*>(bias_f32_.data());
-    else if (s_.t == DType::f32) b = static_cast<const float*>(in[2]);
-    else {
-      to_f32(s_.t, in[2], static_cast<float*>(bias_f32_.data()), bias_n_);
-      b = static_cast<const float*>(bias_f32_.data());
-    }
+    const float* b = f32_bias(in, ctx);
     const size_t r = s_.out.size();
     const int64_t N = s_.out[r - 1];
     const int64_t rows = out_n_ / N;
@@ -346,8 +357,10 @@ class GemmKernel final : public Kernel {
     });
   }
 
-  float* out_f32(void* out) { return s_.t == DType::f32 ? static_cast<float*>(out) : static_cast<float*>(out_f32_.data()); }
-  void finish(float* o, void* out) {
+  float* out_f32(void* out, const RunCtx& ctx) const {
+    return s_.t == DType::f32 ? static_cast<float*>(out) : ScratchLayout::at<float>(ctx, out_f32_);
+  }
+  void finish(float* o, void* out) const {
     if (s_.t != DType::f32) from_f32(s_.t, o, out, out_n_);
   }
 
@@ -372,13 +385,16 @@ class GemmKernel final : public Kernel {
     M_ = M;
     K_ = s_.a[1];
     N_ = s_.out[1];
-    xf_ = alloc_buffer(M_ * K_ * 4);
-    if (s_.t != DType::f32) out_f32_ = alloc_buffer(M_ * N_ * 4);
+    if (s_.t != DType::f32) {
+      xf_ = scratch_.add(M_ * K_ * 4);
+      out_f32_ = scratch_.add(M_ * N_ * 4);
+    }
     if (s_.has_bias) {
-      bias_f32_ = alloc_buffer(N_ * 4);
-      if (s_.bias_const) {
-        to_f32(s_.t, s_.bias_const, static_cast<float*>(bias_f32_.data()), N_);
-        bias_ready_ = true;
+      if (s_.bias_const) {  // f32 bias widened once (an f32 constant too: one code path)
+        bias_c_ = alloc_buffer(N_ * 4);
+        to_f32(s_.t, s_.bias_const, static_cast<float*>(bias_c_.data()), N_);
+      } else if (s_.t != DType::f32) {
+        bias_s_ = scratch_.add(N_ * 4);
       }
     }
     name_ = std::string("gemv_") + dtype_name(s_.t) + "_weights" + post_name(0);
@@ -404,7 +420,7 @@ class GemmKernel final : public Kernel {
   // the constant. Results go to the f32 `of`, then (bf16) are rounded into `ob`,
   // one thread's column block at a time while it is in cache.
   template <typename W>
-  void gemv(const float* xf, const W* w, const float* bf, float* of, uint16_t* ob, void* const* in) {
+  void gemv(const float* xf, const W* w, const float* bf, float* of, uint16_t* ob, void* const* in) const {
     const int64_t K = K_, M = M_, N = N_;
     parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
       for (int64_t n = nb; n < ne; ++n) {
@@ -432,32 +448,30 @@ class GemmKernel final : public Kernel {
     });
   }
 
-  void run_gemv(void* const* in, const void* bias, void* out) {
+  void run_gemv(void* const* in, const void* bias, void* out, const RunCtx& ctx) const {
     const void* x = in[0];
-    const float* bf = nullptr;
-    if (bias) {
-      if (!bias_ready_) to_f32(s_.t, bias, static_cast<float*>(bias_f32_.data()), N_);
-      bf = static_cast<const float*>(bias_f32_.data());
-    }
+    const float* bf = bias ? f32_bias(in, ctx) : nullptr;
     if (s_.t == DType::f32) {
       gemv(static_cast<const float*>(x), static_cast<const float*>(s_.b_const), bf, static_cast<float*>(out),
            nullptr, in);
     } else {
-      float* xf = static_cast<float*>(xf_.data());
+      float* xf = ScratchLayout::at<float>(ctx, xf_);
       const uint16_t* xb = static_cast<const uint16_t*>(x);
       for (int64_t i = 0; i < M_ * K_; ++i) xf[i] = bf16_to_f32(xb[i]);
-      gemv(xf, static_cast<const uint16_t*>(s_.b_const), bf, static_cast<float*>(out_f32_.data()),
+      gemv(xf, static_cast<const uint16_t*>(s_.b_const), bf, ScratchLayout::at<float>(ctx, out_f32_),
            static_cast<uint16_t*>(out), in);
     }
   }
 
   GemmSpec s_;
   Mode mode_ = Mode::Dnnl;
-  bool emu_ = false, manual_bias_ = false, bias_ready_ = false;
+  bool emu_ = false, manual_bias_ = false;
   int64_t out_n_ = 0, a_n_ = 0, b_n_ = 0, bias_n_ = 0;
   Exec exec_;
   dnnl::memory::desc b_plain_md_, b_md_;
-  Buffer packed_, a_f32_, b_f32_, bias_f32_, out_f32_, xf_;
+  Buffer packed_, bias_c_;  // prepacked weights; a constant bias widened to f32
+  ScratchLayout scratch_;   // per call: f32 copies of 16-bit operands and results, the oneDNN scratchpad
+  size_t a_f32_ = kNone, b_f32_ = kNone, out_f32_ = kNone, bias_s_ = kNone, xf_ = kNone, pad_ = kNone;
   Shape bias_strides_;
   std::string name_ = "onednn_matmul", impl_;
   size_t k_dnnl_ = 0;  // post-ops [0, k_dnnl_) run inside the oneDNN primitive

@@ -187,13 +187,12 @@ std::unique_ptr<Kernel> make_batch_norm(const Node& n) {
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_FLOAT(x.dtype, "batch_norm", [&] {
     auto mk = [&]<typename P>() {
-      std::vector<float> ab(2 * C);
-      k = make_fn_kernel("batch_norm", [=](void* const* in, void* const* out) mutable {
+      k = make_fn_kernel("batch_norm", 2 * C * sizeof(float), [=](void* const* in, void* const* out, void* ab) {
         if (N * C * HW == 0) return;
         run_batch_norm<scalar_t, P>(N, C, HW, eps, static_cast<const scalar_t*>(in[0]),
                                     static_cast<const P*>(in[1]), static_cast<const P*>(in[2]),
                                     wi >= 0 ? static_cast<const P*>(in[wi]) : nullptr,
-                                    bi >= 0 ? static_cast<const P*>(in[bi]) : nullptr, ab.data(),
+                                    bi >= 0 ? static_cast<const P*>(in[bi]) : nullptr, static_cast<float*>(ab),
                                     static_cast<scalar_t*>(out[0]));
       });
     };

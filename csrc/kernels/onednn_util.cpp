@@ -11,8 +11,9 @@ dnnl::engine& engine() {
   return e;
 }
 
+// oneDNN streams are not meant to be shared by threads that execute at once.
 dnnl::stream& stream() {
-  static dnnl::stream s(engine());
+  thread_local dnnl::stream s(engine());
   return s;
 }
 
@@ -82,38 +83,63 @@ dnnl::primitive_attr default_attr() {
   return a;
 }
 
-void* shared_scratch(int slot, size_t bytes) {
-  AG_CHECK(slot >= 0 && slot < kSlots, "shared_scratch: slot ", slot, " out of range");
-  thread_local Buffer slots[kSlots];
-  Buffer& b = slots[slot];
-  if (b.bytes < bytes) b = alloc_buffer(bytes);
-  return b.data();
-}
-
 void Exec::init(const dnnl::primitive& p, const dnnl::memory::desc& scratch_md) {
   prim = p;
+  mds.clear();
+  fixed.clear();
   scratch_bytes = scratch_md.get_size();
-  if (scratch_bytes) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_md, engine(), DNNL_MEMORY_NONE));
+  if (scratch_bytes) mds.emplace_back(DNNL_ARG_SCRATCHPAD, scratch_md);
 }
 
-void Exec::bind(int arg, const dnnl::memory::desc& md) {
-  args.emplace(arg, dnnl::memory(md, engine(), DNNL_MEMORY_NONE));
+void Exec::bind(int arg, const dnnl::memory::desc& md) { mds.emplace_back(arg, md); }
+
+void Exec::set(int arg, void* ptr) {
+  for (auto& f : fixed)
+    if (f.first == arg) {
+      f.second = ptr;
+      return;
+    }
+  fixed.emplace_back(arg, ptr);
+}
+
+Args Exec::make_args() const {
+  Args a;
+  for (const auto& [arg, md] : mds) a.m.emplace(arg, dnnl::memory(md, engine(), DNNL_MEMORY_NONE));
+  for (const auto& [arg, ptr] : fixed) a.set(arg, ptr);
+  return a;
+}
+
+void Exec::run(Args& a, void* scratchpad) const {
+  if (scratch_bytes) a.set(DNNL_ARG_SCRATCHPAD, scratchpad);
+  prim.execute(stream(), a.m);
+  stream().wait();
 }
 
 void Reorder::init(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  from_md = from;
+  to_md = to;
   needed = from != to;
-  if (!needed) return;
-  src = dnnl::memory(from, engine(), DNNL_MEMORY_NONE);
-  dst = dnnl::memory(to, engine(), DNNL_MEMORY_NONE);
-  prim = dnnl::reorder(src, dst);
-  args = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+  if (needed) prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
 }
 
-void Reorder::run(void* from, void* to) {
-  src.set_data_handle(from);
-  dst.set_data_handle(to);
-  prim.execute(stream(), args);
+Args Reorder::make_args() const {
+  Args a;
+  if (!needed) return a;
+  a.m.emplace(DNNL_ARG_FROM, dnnl::memory(from_md, engine(), DNNL_MEMORY_NONE));
+  a.m.emplace(DNNL_ARG_TO, dnnl::memory(to_md, engine(), DNNL_MEMORY_NONE));
+  return a;
+}
+
+void Reorder::run(Args& a, void* from, void* to) const {
+  a.set(DNNL_ARG_FROM, from);
+  a.set(DNNL_ARG_TO, to);
+  prim.execute(stream(), a.m);
   stream().wait();
+}
+
+void Reorder::run_once(void* from, void* to) const {
+  Args a = make_args();
+  run(a, from, to);
 }
 
 }  // namespace ag::dnnl_util

@@ -1,5 +1,5 @@
 // oneDNN helpers shared by the matmul, linear and convolution kernels: one CPU
-// engine and one stream for the whole process, dtype mapping, plain memory
+// engine for the whole process and one stream per calling thread, dtype mapping, plain memory
 // descriptors, and the pieces every oneDNN-backed kernel needs (user-mode
 // scratchpad, argument maps built once, f32 emulation of 16-bit inputs when
 // the CPU has no native implementation for them).
@@ -39,14 +39,6 @@ struct Buffer {
 };
 Buffer alloc_buffer(size_t bytes);
 
-// Per-thread scratch shared by every kernel. An executor runs one kernel at a
-// time on a thread, so a slot only has to hold what one kernel needs during its
-// own run: per-call buffers (blocked copies of activations, oneDNN scratchpads)
-// cost the largest one's size instead of the sum over all nodes. Fetch the
-// pointer inside run() and never keep it (a later, larger request moves it).
-enum Slot : int { kSlotSrc = 0, kSlotDst = 1, kSlotPad = 2, kSlotPost = 3 /* + post-op index */, kSlots = 16 };
-void* shared_scratch(int slot, size_t bytes);
-
 // Element conversions between the engine's storage and f32 (used when a
 // 16-bit dtype has no native oneDNN implementation on this CPU). Parallel.
 void to_f32(DType src_t, const void* src, float* dst, int64_t n);
@@ -64,30 +56,38 @@ bool try_make_pd(PD& out, F&& make) {
   }
 }
 
-// Runs a primitive with a prebuilt argument map: only data handles change per call.
-// The oneDNN scratchpad lives in the shared slot kSlotPad.
-struct Exec {
-  dnnl::primitive prim;
-  std::unordered_map<int, dnnl::memory> args;
-  size_t scratch_bytes = 0;
-  void init(const dnnl::primitive& p, const dnnl::memory::desc& scratch_md);
-  void bind(int arg, const dnnl::memory::desc& md);  // memory with no handle yet
-  void set(int arg, void* ptr) { args.at(arg).set_data_handle(ptr); }
-  void run() {
-    if (scratch_bytes) set(DNNL_ARG_SCRATCHPAD, shared_scratch(kSlotPad, scratch_bytes));
-    prim.execute(stream(), args);
-    stream().wait();
-  }
+// The argument map of one primitive for one executor: memory objects whose
+// data handles are re-pointed per call. Never shared between executors.
+struct Args {
+  std::unordered_map<int, dnnl::memory> m;
+  void set(int arg, void* ptr) { m.at(arg).set_data_handle(ptr); }
 };
 
-// Reorder between two descriptors, prebuilt.
+// A primitive built once per node and shared read-only by every executor, with
+// the descriptors of its arguments. Handles known when the kernel is built
+// (prepacked weights, constant operands) are fixed with set(); each executor
+// makes its own Args (make_args) and sets the per-call handles there.
+struct Exec {
+  dnnl::primitive prim;
+  std::vector<std::pair<int, dnnl::memory::desc>> mds;
+  std::vector<std::pair<int, void*>> fixed;
+  size_t scratch_bytes = 0;  // the user-mode scratchpad, from the caller's scratch
+  void init(const dnnl::primitive& p, const dnnl::memory::desc& scratch_md);
+  void bind(int arg, const dnnl::memory::desc& md);  // a per-call argument
+  void set(int arg, void* ptr);                      // a handle fixed at build time
+  Args make_args() const;
+  void run(Args& a, void* scratchpad) const;
+};
+
+// Reorder between two descriptors, prebuilt (shared); per-executor Args.
 struct Reorder {
   bool needed = false;
   dnnl::reorder prim;
-  dnnl::memory src, dst;
-  std::unordered_map<int, dnnl::memory> args;
+  dnnl::memory::desc from_md, to_md;
   void init(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
-  void run(void* from, void* to);
+  Args make_args() const;
+  void run(Args& a, void* from, void* to) const;
+  void run_once(void* from, void* to) const;  // at build time (prepacking): temporary memories
 };
 
 // A primitive attr with user-managed scratchpad and f32 fpmath left default.

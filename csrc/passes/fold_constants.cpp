@@ -39,7 +39,7 @@ int fold_constants(Graph& g, size_t max_bytes) {
     }
     if (!n->op->has(kAlias)) {
       auto k = n->op->make_kernel(*n);
-      k->run(ins.data(), outs.data());
+      run_kernel_once(*k, ins.data(), outs.data());
     }
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       Value* c = g.add_const(n->outputs[i]->type, results[i], n->outputs[i]->name);

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,8 +21,8 @@ std::shared_ptr<void> aligned_buffer(size_t nbytes) {
 class FaultKernel final : public Kernel {
  public:
   FaultKernel(std::unique_ptr<Kernel> k, DType t, int64_t n) : k_(std::move(k)), t_(t), n_(n) {}
-  void run(void* const* in, void* const* out) override {
-    k_->run(in, out);
+  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
+    k_->run(in, out, ctx);
     if (t_ == DType::f32) {
       for (int64_t i = 0; i < n_; ++i) static_cast<float*>(out[0])[i] += 1.0f;
     } else if (n_ > 0) {
@@ -29,6 +30,8 @@ class FaultKernel final : public Kernel {
     }
   }
   std::string name() const override { return k_->name() + "+fault"; }
+  size_t scratch_bytes() const override { return k_->scratch_bytes(); }
+  std::unique_ptr<KernelState> make_state() const override { return k_->make_state(); }
 
  private:
   std::unique_ptr<Kernel> k_;
@@ -86,6 +89,7 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     if (!fault_node.empty() && n->name == fault_node && !n->op->has(kAlias))
       k = std::make_unique<FaultKernel>(std::move(k), n->outputs[0]->type.dtype, n->outputs[0]->type.numel());
     ins.kernel = k.get();
+    prog->scratch_bytes = std::max(prog->scratch_bytes, k->scratch_bytes());
     prog->kernels.push_back(std::move(k));
     prog->instrs.push_back(ins);
     prog->instr_context.push_back(n->context());
@@ -96,7 +100,8 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     const Location& l = plan.loc[v->id];
     AG_CHECK(l.kind == LocKind::External || l.kind == LocKind::Const,
              "graph output %", v->name, " must be a fresh buffer (canonicalize copies inputs that are returned)");
-    prog->outputs.push_back(OutputSpec{l.kind, l.index, l.offset, v->type, v});
+    prog->outputs.push_back(OutputSpec{l.kind, l.index, l.offset, v->type, v->name,
+                                       l.kind == LocKind::Const ? g.value(l.root)->storage : nullptr});
   }
   // constants stay alive as long as the program (the graph may be dropped)
   std::vector<char> seen(g.num_values(), 0);
@@ -116,12 +121,20 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
   return prog;
 }
 
-Executor::Executor(std::shared_ptr<Program> p) : prog_(std::move(p)) {
-  arena_ = aligned_buffer(prog_->arena_bytes);
-  ops_ = prog_->operands;
+Executor::Executor(std::shared_ptr<const Program> p) : prog_(std::move(p)) {
+  const Program& P = *prog_;
+  const size_t values = (P.arena_bytes + 63) / 64 * 64;
+  arena_ = aligned_buffer(values + P.scratch_bytes);
+  ops_ = P.operands;
   char* base = static_cast<char*>(arena_.get());
   for (size_t i = 0; i < ops_.size(); ++i)
-    if (prog_->arena_offsets[i] >= 0) ops_[i] = base + prog_->arena_offsets[i];
+    if (P.arena_offsets[i] >= 0) ops_[i] = base + P.arena_offsets[i];
+  states_.reserve(P.kernels.size());
+  ctx_.reserve(P.instrs.size());
+  for (const Instr& ins : P.instrs) {
+    states_.push_back(ins.kernel->make_state());
+    ctx_.push_back(RunCtx{ins.kernel->scratch_bytes() ? base + values : nullptr, states_.back().get()});
+  }
 }
 
 void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
@@ -141,7 +154,7 @@ void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
     if (!profiling_) {
       for (; i < n; ++i) {
         const Instr& ins = P.instrs[i];
-        ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin);
+        ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin, ctx_[i]);
       }
     } else {
       using clk = std::chrono::steady_clock;
@@ -150,7 +163,7 @@ void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
       for (; i < n; ++i) {
         const Instr& ins = P.instrs[i];
         auto t0 = clk::now();
-        ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin);
+        ins.kernel->run(ops + ins.in_begin, ops + ins.out_begin, ctx_[i]);
         auto t1 = clk::now();
         starts_[i] = ns(t0 - origin);
         times_[i] = ns(t1 - t0);
@@ -176,12 +189,35 @@ std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
   outs.reserve(P.outputs.size());
   for (const OutputSpec& o : P.outputs) {
     if (o.kind == LocKind::Const) {
-      outs.push_back(OutBuffer{static_cast<char*>(o.value->storage->data) + o.offset, o.type, o.value->storage->owner});
+      outs.push_back(OutBuffer{static_cast<char*>(o.storage->data) + o.offset, o.type, o.storage->owner});
     } else {
       outs.push_back(OutBuffer{static_cast<char*>(ext[o.index].get()) + o.offset, o.type, ext[o.index]});
     }
   }
   return outs;
+}
+
+ExecutorPool::Lease ExecutorPool::acquire() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<Executor> e = std::move(idle_.back());
+      idle_.pop_back();
+      return Lease(this, std::move(e));
+    }
+    ++made_;
+  }
+  return Lease(this, std::make_unique<Executor>(prog_));  // built outside the lock
+}
+
+void ExecutorPool::release(std::unique_ptr<Executor> e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  idle_.push_back(std::move(e));
+}
+
+size_t ExecutorPool::size() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return made_;
 }
 
 }  // namespace ag

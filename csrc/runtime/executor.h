@@ -1,10 +1,18 @@
-// Program and executor. compile() turns a planned graph into a flat list of
-// instructions (a kernel plus the positions of its operand pointers in one
-// array); Executor::run binds the inputs, allocates the external outputs,
-// patches the few pointers that change per call and runs the list in order.
-// Nothing on that path allocates except the output buffers handed back.
+// Program and executor, split as PyTorch Static Runtime splits its module and
+// runtimes. compile_program() turns a planned graph into a Program: a flat list
+// of instructions (a kernel plus the positions of its operand pointers in one
+// array), built once and read-only from then on, so any number of threads may
+// run it at once. An Executor is one caller's run state: the operand array,
+// the arena (intermediate values, then one scratch region that every kernel
+// borrows during its own run: sized to the largest kernel's scratch_bytes()),
+// and each kernel's per-executor state (oneDNN argument maps). run() binds the
+// inputs, patches the few pointers that change per call and runs the list in
+// order; nothing on that path allocates except the output buffers it hands
+// back (run_into: not even those). An ExecutorPool hands one idle executor to
+// each concurrent caller.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,7 +39,8 @@ struct OutputSpec {
   int index;     // external root
   int64_t offset;
   TensorType type;
-  const Value* value;
+  std::string name;                  // of the graph value (the graph may be gone by now)
+  std::shared_ptr<Storage> storage;  // Const outputs: the constant's bytes
 };
 
 struct CompileStats {
@@ -53,7 +62,8 @@ class Program {
   std::vector<std::string> instr_context;  // node context for errors (cold)
   std::vector<std::string> instr_names;    // FX node names
   std::vector<std::string> instr_ops;      // op names
-  size_t arena_bytes = 0;
+  size_t arena_bytes = 0;     // intermediate values
+  size_t scratch_bytes = 0;   // the largest kernel scratch, placed after them in each executor's arena
   std::vector<std::shared_ptr<Storage>> constants;  // keeps every constant's bytes alive
   CompileStats stats;
 };
@@ -73,7 +83,7 @@ struct OutBuffer {
 
 class Executor {
  public:
-  explicit Executor(std::shared_ptr<Program> p);
+  explicit Executor(std::shared_ptr<const Program> p);
   // inputs[i] points at contiguous data of program->input_types[i] (checked by the caller).
   std::vector<OutBuffer> run(const std::vector<void*>& inputs);
   // The same with caller-provided buffers for the external roots (one per
@@ -87,11 +97,45 @@ class Executor {
   const std::vector<int64_t>& last_starts_ns() const { return starts_; }
 
  private:
-  std::shared_ptr<Program> prog_;
+  std::shared_ptr<const Program> prog_;
   std::vector<void*> ops_;
   std::shared_ptr<void> arena_;
+  std::vector<std::unique_ptr<KernelState>> states_;
+  std::vector<RunCtx> ctx_;  // per instruction
   bool profiling_ = false;
   std::vector<int64_t> times_, starts_;
+};
+
+// Executors of one program for concurrent callers: acquire() lends an idle
+// executor, making a new one when every executor is busy (so there are as
+// many as the most callers ever seen at once), and the lease returns it.
+class ExecutorPool {
+ public:
+  explicit ExecutorPool(std::shared_ptr<const Program> p) : prog_(std::move(p)) {}
+  class Lease {
+   public:
+    Lease(ExecutorPool* pool, std::unique_ptr<Executor> e) : pool_(pool), e_(std::move(e)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (e_) pool_->release(std::move(e_));
+    }
+    Executor& operator*() const { return *e_; }
+    Executor* operator->() const { return e_.get(); }
+
+   private:
+    ExecutorPool* pool_;
+    std::unique_ptr<Executor> e_;
+  };
+  Lease acquire();
+  size_t size() const;  // executors made so far
+  const Program& program() const { return *prog_; }
+
+ private:
+  void release(std::unique_ptr<Executor> e);
+  std::shared_ptr<const Program> prog_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Executor>> idle_;
+  size_t made_ = 0;
 };
 
 }  // namespace ag

@@ -2,17 +2,19 @@
 
 namespace ag {
 namespace {
-int g_threads = 0;
-}
+// Per calling thread: concurrent callers may each ask for their own count.
+thread_local int t_threads = 0;
+}  // namespace
 int num_threads() {
-  if (g_threads <= 0) g_threads = omp_get_max_threads();
-  return g_threads;
+  if (t_threads <= 0) t_threads = omp_get_max_threads();
+  return t_threads;
 }
-// Also sets OpenMP's default so oneDNN primitives follow the same count.
+// Also sets OpenMP's default for this thread (a per-thread setting in OpenMP),
+// so the oneDNN primitives it runs follow the same count.
 void set_num_threads(int n) {
   int want = n > 0 ? n : omp_get_max_threads();
-  if (want != g_threads) {
-    g_threads = want;
+  if (want != t_threads) {
+    t_threads = want;
     omp_set_num_threads(want);
   }
 }

@@ -1,5 +1,6 @@
 // Intra-op parallelism. Kernels split work with parallel_for; the thread count
-// follows torch.get_num_threads() (the front sets it before each call). OpenMP
+// follows torch.get_num_threads() (the front sets it before each call, for the
+// calling thread: each concurrent caller has its own count). OpenMP
 // is the pool: PyTorch's wheel already loaded libgomp, so oneDNN, PyTorch and
 // our kernels share one set of threads instead of fighting over two cores.
 #pragma once

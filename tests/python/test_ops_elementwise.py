@@ -72,8 +72,11 @@ def test_unary_special_values():
                       float("inf"), float("-inf"), float("nan"), 2.5, -2.5, 0.5])
 
     def f(x):
-        return (torch.exp(x), torch.tanh(x), torch.sigmoid(x), F.silu(x), torch.erf(x), F.gelu(x),
-                F.gelu(x, approximate="tanh"), torch.relu(x), torch.sign(x), torch.round(x), torch.isnan(x),
+        # gelu(+inf): eager's AVX-512 kernel gives nan, its AVX2 kernel inf (the limit, and ours):
+        # compare gelu at a huge finite value there instead, so the test means the same on both CPUs
+        g = torch.clamp(x, max=1e30)  # nan and -inf stay
+        return (torch.exp(x), torch.tanh(x), torch.sigmoid(x), F.silu(x), torch.erf(x), F.gelu(g),
+                F.gelu(g, approximate="tanh"), torch.relu(x), torch.sign(x), torch.round(x), torch.isnan(x),
                 torch.clamp(x, -1, 1))
 
     got = check_nan(f, x)
