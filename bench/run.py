@@ -51,6 +51,7 @@ COLD_CALLS = 2  # calls after the first in a cold cell: enough for steady-state 
 MAX_ROUNDS = 200
 RANK_MARGIN = 1.05  # a ranking needs at least a 5% median difference in the paired ratio
 THREADS = 2
+LOADED = 0.10  # a cell during which other processes used more than this share of the machine is marked "loaded"
 
 
 _BACKEND_S = [0.0]  # seconds spent inside the backend compiler (after Dynamo's tracing)
@@ -163,6 +164,34 @@ def _warm_up_compilers(backends: list[str]):
 # --------------------------------------------------------------------------- interleaved latency
 
 
+def _machine_cpu() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine without steal, steal seconds) from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return float("nan"), float("nan")
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = v
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
+class _LoadMeter:
+    """What else ran on the machine while we measured: CPU time of other processes and
+    the hypervisor's steal time, each as a share of the machine (wall time x cores)."""
+
+    def __enter__(self):
+        self.t, self.own, (self.busy, self.steal) = time.perf_counter(), time.process_time(), _machine_cpu()
+        return self
+
+    def __exit__(self, *exc):
+        wall = (time.perf_counter() - self.t) * (os.cpu_count() or 1)
+        busy, steal = _machine_cpu()
+        own = time.process_time() - self.own
+        self.other = max(0.0, (busy - self.busy) - own) / wall if wall > 0 else float("nan")
+        self.stolen = (steal - self.steal) / wall if wall > 0 else float("nan")
+
+
 def latency_worker(model_name: str, batch: int, backends: list[str], size: str, rounds: int, warmup: int,
                    min_seconds: float, skip: dict) -> dict:
     """All backends in one process on one model instance, measured in interleaved rounds."""
@@ -193,6 +222,7 @@ def latency_worker(model_name: str, batch: int, backends: list[str], size: str, 
         times = {b: [] for b in names}
         n = 0
         t_start = None
+        meter = _LoadMeter().__enter__()
         while names:
             if n == warmup:
                 t_start = time.perf_counter()
@@ -209,6 +239,8 @@ def latency_worker(model_name: str, batch: int, backends: list[str], size: str, 
                 if n >= warmup:
                     times[b].append(dt)
             n += 1
+        meter.__exit__()
+        res["other_load"], res["steal"] = meter.other, meter.stolen
         res["rounds"] = max(0, n - warmup)
         res["warmup"] = warmup
         res["measure_s"] = time.perf_counter() - t_start if t_start else 0.0
@@ -465,6 +497,7 @@ def bench_cell(m: str, batch: int, backends: list[str], a, cache_root: str) -> d
     if "error" in lat:
         lat = dict(errors={b: lat["error"] for b in backends}, times_ms={}, rounds=0)
     cell = dict(model=m, batch=batch, rounds=lat.get("rounds", 0), measure_s=lat.get("measure_s", 0.0),
+                other_load=lat.get("other_load", float("nan")), steal=lat.get("steal", float("nan")),
                 times_ms=lat.get("times_ms", {}), backends={})
     times = cell["times_ms"]
     eager = times.get("eager")
@@ -488,7 +521,8 @@ def bench_cell(m: str, batch: int, backends: list[str], a, cache_root: str) -> d
         cell["airgraph_vs_inductor"] = paired(times["inductor"], times["airgraph"])
     cell["ranking"], cell["ranking_steps"] = ranking({b: t for b, t in times.items() if t})
     print(f"  latency {m} b{batch}: {cell['rounds']} rounds in {time.perf_counter() - t0:.0f} s; "
-          f"{cell['ranking'] or 'no backend measured'}", flush=True)
+          f"{cell['ranking'] or 'no backend measured'}; other processes {cell['other_load']:.0%} of the machine, "
+          f"steal {cell['steal']:.0%}{' (LOADED)' if _loaded(cell) else ''}", flush=True)
     return cell
 
 
@@ -561,6 +595,10 @@ def main():
     write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run)
 
 
+def _loaded(cell) -> bool:
+    return cell.get("other_load", 0) > LOADED or cell.get("steal", 0) > LOADED
+
+
 def _geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
@@ -580,7 +618,7 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
         "",
         f"**Machine:** {cpu['name']}, {cpu['cores']} cores, ISA: {', '.join(cpu['isa']) or 'unknown'}"
         f"{' (' + no + ')' if no else ''}; torch {torch.__version__}; {THREADS} threads; {a.size} configs"
-        f"{f'; OPENBLAS_CORETYPE={kernels}' if kernels else ''}; whole run {elapsed_s / 60:.0f} min.",
+        f"{f'; OPENBLAS_CORETYPE={kernels}' if kernels else ''}; whole run {elapsed_s / 60:.1f} min.",
         "",
         "**Latency**, all backends in one process per (model, batch) on one model instance, measured in "
         f"interleaved rounds (each round calls every backend once, order rotated per round; {a.warmup} warm-up "
@@ -609,10 +647,15 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
                 f"| {c['model']} | {c['batch']} | {b} | {_ms(r['median_ms'])} | {_ms(r['p25_ms'])}-{_ms(r['p75_ms'])} "
                 f"| {_ms(r['min_ms'])}-{_ms(r['max_ms'])} | {_ms(r['ci95_ms'][0])}-{_ms(r['ci95_ms'][1])} | {vs_e} "
                 f"| {vs_i} | {r['max_diff']:.1e} |")
-    lines += ["", "**Ranking** per (model, batch), fastest first: `<` a clear difference (as above), `~` a tie.", "",
-              "| model | batch | rounds | ranking |", "|---|---|---|---|"]
+    lines += ["", "**Ranking** per (model, batch), fastest first: `<` a clear difference (as above), `~` a tie. "
+                  "Other load: CPU time of other processes and the hypervisor's steal time while the rounds ran, as a "
+                  f"share of the machine; above {LOADED:.0%} the cell is marked LOADED (with 2 threads on 2 cores, "
+                  "OpenMP's barriers wait for descheduled threads: such a cell measures contention, not speed).", "",
+              "| model | batch | rounds | other load, steal | ranking |", "|---|---|---|---|---|"]
     for c in cells:
-        lines.append(f"| {c['model']} | {c['batch']} | {c['rounds']} | {c['ranking'] or 'no backend measured'} |")
+        load = f"{c.get('other_load', float('nan')):.0%}, {c.get('steal', float('nan')):.0%}"
+        lines.append(f"| {c['model']} | {c['batch']} | {c['rounds']} | {load}{' LOADED' if _loaded(c) else ''} | "
+                     f"{c['ranking'] or 'no backend measured'} |")
     lines += [
         "",
         "**Compile and memory**, each (model, batch, backend) in its own process. Cold compile: the first call "
@@ -704,6 +747,11 @@ def _targets(cells) -> list[str]:
             mem.append(f"{c['model']} b{c['batch']} +{ag['peak_rss_mb'] - e['peak_rss_mb']:.0f} MB")
     if any("peak_rss_mb" in c["backends"].get("airgraph", {}) for c in cells):
         summary.append(f"- peak RSS above eager's: {', '.join(mem) or 'none'}")
+    loaded = [f"{c['model']} b{c['batch']} (other processes {c['other_load']:.0%}, steal {c['steal']:.0%})"
+              for c in cells if _loaded(c)]
+    if loaded:
+        summary.append(f"- measured while other processes or the hypervisor took over {LOADED:.0%} of the machine "
+                       f"(figures unreliable, run again on a quiet machine): {', '.join(loaded)}")
     return ["", "**Targets:**", ""] + summary if summary else []
 
 
