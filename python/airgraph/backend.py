@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 
 import torch
 import torch.fx
@@ -23,9 +24,9 @@ log = logging.getLogger("airgraph")
 _REPORT_SINKS: list[list[CompileReport]] = []
 
 
-def _param_positions(gm: torch.fx.GraphModule, example_inputs) -> set[int]:
-    """Dynamo graph inputs that are module parameters or buffers."""
-    pos = set()
+def _param_positions(gm: torch.fx.GraphModule, example_inputs) -> dict[int, str]:
+    """Dynamo graph inputs that are module parameters or buffers: position -> name (its source)."""
+    pos = {}
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, (n, ex) in enumerate(zip(phs, example_inputs)):
         if not isinstance(ex, torch.Tensor):
@@ -33,8 +34,67 @@ def _param_positions(gm: torch.fx.GraphModule, example_inputs) -> set[int]:
         ga = n.meta.get("grapharg")
         src = ga.source.name if ga is not None and getattr(ga, "source", None) is not None else ""
         if isinstance(ex, torch.nn.Parameter) or "_parameters" in src or "_buffers" in src:
-            pos.add(i)
+            pos[i] = _short_name(src) or n.name
     return pos
+
+
+def _short_name(source: str) -> str:
+    """L['self']._modules['0']._parameters['weight'] -> self.0.weight (for log messages)."""
+    s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']*)'\]", r".\1", source)
+    return re.sub(r"^L\['([^']*)'\]", r"\1", s)
+
+
+def _mutated_inputs(aot_gm: torch.fx.GraphModule) -> set[int] | None:
+    """Inputs the graph itself writes (BatchNorm's running stats in train mode, say): AOTAutograd
+    functionalizes those writes into extra outputs copied back after each call, so such an input
+    must be read per call, never bound as a constant. None when AOTAutograd's metadata is missing."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    if meta is None:
+        return None
+    out = {i for i, info in enumerate(meta.input_info)
+           if info.mutates_data or info.mutates_metadata or getattr(info, "mutates_storage_metadata", False)}
+    # Mutations kept inside the graph (keep_input_mutations): an op that writes a placeholder.
+    phs = {n: i for i, n in enumerate(n for n in aot_gm.graph.nodes if n.op == "placeholder")}
+    for n in aot_gm.graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        schema = n.target._schema
+        if not schema.is_mutable:
+            continue
+        vals = list(n.args) + [n.kwargs.get(a.name) for a in schema.arguments[len(n.args):]]
+        for a, v in zip(schema.arguments, vals):
+            if a.alias_info is not None and a.alias_info.is_write and v in phs:
+                out.add(phs[v])
+    return out
+
+
+def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str]) -> dict[int, torch.Tensor]:
+    """The parameters and buffers to bind as engine constants: position -> tensor."""
+    if not params:
+        return {}
+    n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
+    if n_ph != len(real):
+        log.info("airgraph: AOTAutograd changed the inputs (%d -> %d); parameters are passed per call",
+                 len(real), n_ph)
+        return {}
+    mutated = _mutated_inputs(aot_gm)
+    if mutated is None:
+        log.info("airgraph: no input-mutation metadata from AOTAutograd; parameters are passed per call")
+        return {}
+    consts = {}
+    for i, name in params.items():
+        t = real[i]
+        if not isinstance(t, torch.Tensor):
+            continue
+        if i in mutated:
+            log.info("airgraph: %s is written by the graph; it is read per call, not bound as a constant", name)
+        elif t.is_inference():
+            # no version counter: an in-place change could not be seen
+            log.info("airgraph: %s is an inference tensor; it is read per call, not bound as a constant", name)
+        else:
+            consts[i] = t
+    return consts
 
 
 def _is_dynamic(example_inputs) -> bool:
@@ -46,21 +106,15 @@ def _is_dynamic(example_inputs) -> bool:
     return False
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, params: set[int]):
+def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, params: dict[int, str]):
     report = CompileReport()
     for sink in _REPORT_SINKS:
         sink.append(report)
     real = list(example_inputs)
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
-        n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
-        consts = {}
-        if config.freeze_parameters and n_ph == len(real):
-            consts = {i: real[i] for i in params if isinstance(real[i], torch.Tensor)}
-        elif params:
-            log.info("airgraph: AOTAutograd changed the inputs (%d -> %d); parameters are passed per call",
-                     len(real), n_ph)
-        return compile_aten_graph(aot_gm, consts, config, report)
+        consts = _constants(aot_gm, real, params)
+        return compile_aten_graph(aot_gm, consts, config, report, const_names=params)
 
     def bw_compiler(aot_gm, aot_inputs):
         # airgraph is an inference engine; gradients run in PyTorch.
@@ -70,8 +124,16 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         run._boxed_call = True
         return run
 
-    return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                                 decompositions=decomposition_table())
+    def aot():
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                                     decompositions=decomposition_table())
+
+    if torch._guards.TracingContext.try_get() is None:
+        # compiling at call time (_ShapeSpecializer), outside Dynamo: a context of our own, where
+        # AOTAutograd leaves the input-mutation metadata that _constants reads
+        with torch._guards.tracing(torch._guards.TracingContext(None)):
+            return aot()
+    return aot()
 
 
 class _ShapeSpecializer:

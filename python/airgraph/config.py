@@ -21,10 +21,22 @@ def _env_flag(name: str) -> bool:
 
 @dataclass
 class CompilerConfig:
-    # Parameters and buffers are bound once at compile time as constants of the
-    # engine graph (zero-copy) and may be folded. Set False if you mutate weights
-    # in place between calls and want constant folding never to go stale.
-    freeze_parameters: bool = True
+    # Parameters and buffers are bound as constants of the engine graph (zero-copy;
+    # the passes may fold them, prepack them, fold BatchNorm into a convolution).
+    # By default every call checks that each one is still the tensor it was built
+    # with (same data pointer, same version counter): a reassigned parameter,
+    # load_state_dict and in-place updates under no_grad are seen, and the engine
+    # graph(s) using a changed weight are rebuilt (logged at INFO). The check costs
+    # about 2 us per call for BERT-base's 201 tensors (csrc/bindings/weights.cpp).
+    # frozen_parameters=True promises the weights never change after compiling and
+    # skips the checks (like TorchAir's frozen_parameter, Inductor's freezing).
+    # Risk: a weight changed after compiling then gives stale (or partly stale)
+    # results, with no error. Not seen even by the checks: writes that bypass the
+    # version counter, i.e. through `.data` (`p.data.copy_(x)`) or another
+    # library's view of the memory (numpy, DLPack); write to the tensor itself
+    # under torch.no_grad() instead. Inputs the graph itself writes (BatchNorm's
+    # running stats in train mode) are never bound; they are read per call.
+    frozen_parameters: bool = False
     # Ops the engine cannot run are executed by PyTorch; with fallback=False an
     # unsupported op is an error instead.
     fallback: bool = True
@@ -58,12 +70,36 @@ class CompilerConfig:
     # Test-only: perturb the output of the engine node with this name.
     fault_node: str = ""
 
+    def __new__(cls, *args, **kwargs):
+        renamed = _renamed_message(kwargs)
+        if renamed:
+            raise TypeError(renamed)
+        return super().__new__(cls)
+
     @classmethod
     def from_options(cls, options: dict | None) -> "CompilerConfig":
         if not options:
             return cls()
+        renamed = _renamed_message(options)
+        if renamed:
+            raise ValueError(renamed)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(options) - names
         if unknown:
             raise ValueError(f"unknown airgraph options {sorted(unknown)}; valid: {sorted(names)}")
         return cls(**options)
+
+
+# Options that no longer exist, with what to use instead.
+_RENAMED = {
+    "freeze_parameters": (
+        "airgraph option 'freeze_parameters' was removed; use 'frozen_parameters' (default False). Parameters and "
+        "buffers are bound as constants and checked on every call, so changed weights are always seen: remove "
+        "freeze_parameters. To skip the per-call checks, set frozen_parameters=True: you promise the weights never "
+        "change after compiling, and a change then gives stale results with no error."
+    ),
+}
+
+
+def _renamed_message(names) -> str:
+    return "\n".join(_RENAMED[n] for n in names if n in _RENAMED)

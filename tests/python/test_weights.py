@@ -1,0 +1,395 @@
+"""Weights are never stale: parameters and buffers bound as engine constants are
+checked on every call, and a change rebuilds what depends on it.
+
+Written the way users change weights after compiling: default config
+(`torch.compile(m, backend="airgraph")`, fusion and prepacking on), then a
+reassigned parameter, load_state_dict, or an in-place update under no_grad; the
+compiled model must then agree with eager.
+"""
+import copy
+import logging
+import threading
+
+import pytest
+import torch
+
+import airgraph
+import airgraph.backend as backend
+from conftest import assert_close as _assert_close
+
+nn = torch.nn
+
+
+def assert_close(got, want, msg=""):
+    # Random N(0, 1) weights give outputs of magnitude ~10-30 (BatchNorm folded into the conv
+    # rounds differently from eager); a stale weight is off by O(1), far beyond these bounds.
+    _assert_close(got, want, atol=1e-4, rtol=1e-4, msg=msg)
+
+
+@pytest.fixture
+def reports():
+    """The CompileReports of every graph compiled during the test (engine compiles, rebuilds)."""
+    sink = []
+    backend._REPORT_SINKS.append(sink)
+    yield sink
+    backend._REPORT_SINKS[:] = [s for s in backend._REPORT_SINKS if s is not sink]  # by identity
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def engine_compiles(reports):
+    return sum(r.engine_graphs for r in reports), sum(r.rebuilds for r in reports)
+
+
+def randomize(model, seed=1):
+    """Non-trivial values in every parameter and buffer (BatchNorm's running stats included)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            if t.dtype.is_floating_point:
+                v = torch.rand(t.shape, generator=g) + 0.5 if "var" in name else torch.randn(t.shape, generator=g)
+                t.copy_(v)
+    return model
+
+
+def eager(model, *xs):
+    with torch.no_grad():
+        return model(*xs)
+
+
+def run(compiled, *xs):
+    with torch.no_grad():
+        return compiled(*xs)
+
+
+class LinearLN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.norm = nn.LayerNorm(32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+
+
+class ConvBN(nn.Module):
+    """Conv + BatchNorm (eval: folded into the conv's weights) + ReLU, then a Linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 6 * 6, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+def conv_bn():
+    return randomize(ConvBN()).eval()
+
+
+def linear_ln():
+    return randomize(LinearLN()).eval()
+
+
+_G = torch.Generator().manual_seed(0)
+X_LIN = torch.randn(4, 16, generator=_G)
+X_CONV = torch.randn(2, 3, 6, 6, generator=_G)
+
+
+def check_follows(model, compiled, x, change):
+    """Calls once, applies `change`, and checks the compiled model follows it (and that it mattered)."""
+    before = run(compiled, x)
+    assert_close(before, eager(model, x), msg="before the change")
+    change(model)
+    want = eager(model, x)
+    assert not torch.allclose(want, before, atol=1e-3), "the change must change the result"
+    assert_close(run(compiled, x), want, msg="after the change")
+    assert_close(run(compiled, x), want, msg="second call after the change")
+
+
+# ----------------------------------------------------------------------------- reassign, load_state_dict
+
+
+def test_reassigned_linear_weight():
+    m = linear_ln()
+    c = torch.compile(m, backend="airgraph")
+
+    def change(m):
+        m.fc1.weight = nn.Parameter(torch.randn(32, 16))
+
+    check_follows(m, c, X_LIN, change)
+
+
+def test_load_state_dict_linear_layernorm():
+    m = linear_ln()
+    c = torch.compile(m, backend="airgraph")
+    check_follows(m, c, X_LIN, lambda m: m.load_state_dict(linear_ln_other().state_dict()))
+
+
+def linear_ln_other():
+    return randomize(LinearLN(), seed=7).eval()
+
+
+def test_load_state_dict_conv_batchnorm(reports):
+    m = conv_bn()
+    c = torch.compile(m, backend="airgraph")
+    run(c, X_CONV)
+    # BatchNorm is folded into the convolution: its buffers are baked into constants derived from them
+    text = "\n".join(g.graph_text for r in reports for g in r.graphs)
+    assert 'fused="_native_batch_norm_legit_no_training' in text and ".scale: " in text, text
+    other = randomize(ConvBN(), seed=7).eval()
+    check_follows(m, c, X_CONV, lambda m: m.load_state_dict(other.state_dict()))
+
+
+def test_storage_replaced_through_data():
+    m = linear_ln()
+    c = torch.compile(m, backend="airgraph")
+
+    def change(m):
+        m.fc2.weight.data = torch.randn(8, 32)  # same object, new storage, version not bumped
+
+    check_follows(m, c, X_LIN, change)
+
+
+# ----------------------------------------------------------------------------- in-place updates
+
+INPLACE = {
+    "linear weight mul_": (linear_ln, X_LIN, lambda m: m.fc1.weight.mul_(2)),
+    "linear weight copy_": (linear_ln, X_LIN, lambda m: m.fc2.weight.copy_(torch.randn(8, 32))),
+    "linear bias add_": (linear_ln, X_LIN, lambda m: m.fc2.bias.add_(1)),
+    "layernorm weight mul_": (linear_ln, X_LIN, lambda m: m.norm.weight.mul_(-3)),
+    "conv weight mul_": (conv_bn, X_CONV, lambda m: m.conv.weight.mul_(2)),
+    "conv weight copy_": (conv_bn, X_CONV, lambda m: m.conv.weight.copy_(torch.randn(8, 3, 3, 3))),
+    "bn running_mean add_": (conv_bn, X_CONV, lambda m: m.bn.running_mean.add_(3)),
+    "bn running_var mul_": (conv_bn, X_CONV, lambda m: m.bn.running_var.mul_(4)),
+    "bn weight mul_": (conv_bn, X_CONV, lambda m: m.bn.weight.mul_(-2)),
+    "bn bias copy_": (conv_bn, X_CONV, lambda m: m.bn.bias.copy_(torch.randn(8) * 3)),
+    "view of conv weight": (conv_bn, X_CONV, lambda m: m.conv.weight[0].zero_()),
+}
+
+
+@pytest.mark.parametrize("case", list(INPLACE))
+def test_inplace_update(case):
+    make, x, op = INPLACE[case]
+    m = make()
+    c = torch.compile(m, backend="airgraph")
+
+    def change(m):
+        with torch.no_grad():
+            op(m)
+
+    check_follows(m, c, x, change)
+
+
+def test_repeated_inplace_updates():
+    """An optimizer-like loop: each step's change is seen."""
+    m = linear_ln()
+    c = torch.compile(m, backend="airgraph")
+    for step in range(4):
+        with torch.no_grad():
+            m.fc1.weight.add_(0.1 * step)
+            m.norm.bias.sub_(0.2)
+        assert_close(run(c, X_LIN), eager(m, X_LIN), msg=f"step {step}")
+
+
+# ----------------------------------------------------------------------------- partitioned graph
+
+
+class Partitioned(nn.Module):
+    """Two engine regions around an op with no lowering (bessel_j0 falls back to PyTorch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 16)
+        self.fc2 = nn.Linear(16, 8)
+
+    def forward(self, x):
+        y = torch.special.bessel_j0(torch.relu(self.fc1(x)))
+        return self.fc2(y + 1.0)
+
+
+def test_partitioned_graph_follows_changes(reports, caplog):
+    m = randomize(Partitioned()).eval()
+    c = torch.compile(m, backend="airgraph")
+    run(c, X_LIN)
+    assert [n.target for r in reports for n in r.nodes if not n.native] == ["aten.special_bessel_j0.default"]
+    graphs = [g for r in reports for g in r.graphs]
+    assert len(graphs) == 2, "two engine regions expected"
+    first = {g.gid for g in graphs}
+
+    def change(m):
+        with torch.no_grad():
+            m.fc2.weight.mul_(-2)
+
+    with caplog.at_level(logging.INFO, logger="airgraph"):
+        check_follows(m, c, X_LIN, change)
+    assert "fc2.weight was updated in place" in caplog.text, caplog.text
+    after = {g.gid for r in reports for g in r.graphs}
+    assert len(after) == 2 and len(after & first) == 1, "only the region that reads fc2 is rebuilt"
+
+    check_follows(m, c, X_LIN, lambda m: setattr(m.fc1, "weight", nn.Parameter(torch.randn(16, 16))))
+    check_follows(m, c, X_LIN, lambda m: m.load_state_dict(randomize(Partitioned(), seed=9).state_dict()))
+
+
+# ----------------------------------------------------------------------------- other call paths
+
+
+def test_dynamic_shapes_follow_changes():
+    m = linear_ln()
+    c = torch.compile(m, backend="airgraph", dynamic=True)
+    for b in (1, 3):
+        x = torch.randn(b, 16)
+        assert_close(run(c, x), eager(m, x))
+    with torch.no_grad():
+        m.fc1.weight.mul_(2)
+    for b in (1, 3, 5):
+        x = torch.randn(b, 16)
+        assert_close(run(c, x), eager(m, x), msg=f"batch {b}")
+
+
+def test_grad_mode_follows_changes():
+    m = linear_ln()
+    c = torch.compile(m, backend="airgraph")
+    assert_close(c(X_LIN).detach(), m(X_LIN).detach())
+    with torch.no_grad():
+        m.fc1.weight.mul_(2)
+    assert_close(c(X_LIN).detach(), m(X_LIN).detach())
+
+
+def test_batchnorm_train_mode_buffers_are_not_constants(reports):
+    """The graph itself writes BatchNorm's running stats in train mode: they are read per call
+    (never bound), so the stats evolve as in eager and no call triggers a rebuild."""
+    m = conv_bn().train()
+    ref = copy.deepcopy(m)
+    c = torch.compile(m, backend="airgraph")
+    for i in range(3):
+        x = torch.randn(2, 3, 6, 6)
+        assert_close(run(c, x), eager(ref, x), msg=f"call {i}")
+    assert_close(m.bn.running_mean, ref.bn.running_mean)
+    assert_close(m.bn.running_var, ref.bn.running_var)
+    assert m.bn.num_batches_tracked.item() == ref.bn.num_batches_tracked.item() == 3
+    assert engine_compiles(reports)[1] == 0
+
+
+# ----------------------------------------------------------------------------- cost: compile once
+
+
+def test_unchanged_weights_compile_once(reports):
+    m = conv_bn()
+    c = torch.compile(m, backend="airgraph")
+    for _ in range(20):
+        assert_close(run(c, X_CONV), eager(m, X_CONV))
+    assert engine_compiles(reports) == (1, 0)
+    with torch.no_grad():
+        m.conv.weight.mul_(2)
+    for _ in range(5):
+        assert_close(run(c, X_CONV), eager(m, X_CONV))
+    assert engine_compiles(reports) == (1, 1), "one rebuild for one change"
+
+
+def test_weight_guard_uses_the_fast_path():
+    """The guard reads each data pointer and version count in C, without calling torch's getters."""
+    if getattr(airgraph._C, "WeightGuard", None) is None:
+        pytest.skip("extension built without csrc/bindings/weights.cpp (the Python guard is used)")
+    assert airgraph.compiler._version_layout() != (-1, -1), "the version-counter probe did not verify"
+    m = linear_ln()
+    ps = list(m.parameters())
+    g = airgraph.compiler.make_weight_guard(list(range(len(ps))), ps)
+    assert g.fast and len(g) == len(ps)
+    assert g.check(ps) == -1 and g.check(tuple(ps)) == -1
+    assert g.check(ps[:2]) == 2, "a missing argument is a change"
+    assert g.check([p.detach() for p in ps]) == -1, "an alias of the same memory at the same version is no change"
+    with torch.no_grad():
+        ps[3].add_(1)
+    assert g.check(ps) == 3
+    assert g.check(ps[:3] + [torch.zeros(3)] + ps[4:]) == 3
+    assert g.check(ps[:1] + [None] + ps[2:]) == 1
+    g = airgraph.compiler.make_weight_guard(list(range(len(ps))), ps)
+    with torch.no_grad():
+        ps[2].detach()[0].mul_(3)  # through an alias's view: the shared counter moves
+    assert g.check(ps) == 2
+    g = airgraph.compiler.make_weight_guard(list(range(len(ps))), ps)
+    ps[1].data = torch.randn(ps[1].shape)  # storage replaced, version unchanged
+    assert g.check(ps) == 1
+
+
+def test_concurrent_first_calls_after_a_change_rebuild_once(reports):
+    """Threads that all find the changed weight on their first call: one rebuild, every result right."""
+    m = conv_bn()
+    c = torch.compile(m, backend="airgraph")
+    run(c, X_CONV)
+    with torch.no_grad():
+        m.conv.weight.mul_(2)
+        m.fc.bias.add_(1)
+    want = eager(m, X_CONV)
+    results, start = [], threading.Barrier(8)
+
+    def worker():
+        start.wait()
+        for _ in range(20):
+            results.append(run(c, X_CONV))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 160
+    for r in results:
+        assert_close(r, want)
+    assert engine_compiles(reports) == (1, 1)
+
+
+# ----------------------------------------------------------------------------- logging
+
+
+def test_change_is_logged_with_the_parameter_name(caplog):
+    m = conv_bn()
+    c = torch.compile(m, backend="airgraph")
+    run(c, X_CONV)
+    with caplog.at_level(logging.INFO, logger="airgraph"):
+        with torch.no_grad():
+            m.bn.running_var.mul_(2)
+        run(c, X_CONV)
+    assert "bn.running_var was updated in place (version" in caplog.text, caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="airgraph"):
+        m.fc.weight = nn.Parameter(torch.randn(5, 8 * 6 * 6))
+        run(c, X_CONV)
+    assert "fc.weight was replaced by another tensor" in caplog.text, caplog.text
+
+
+# ----------------------------------------------------------------------------- frozen_parameters
+
+
+def test_frozen_parameters_skips_the_checks_and_is_stale_as_documented(reports):
+    """frozen_parameters=True promises the weights never change: no per-call check, and a
+    reassigned parameter is not seen (the documented risk: a stale result, no error)."""
+    m = linear_ln()
+    c = torch.compile(m, backend="airgraph", options={"frozen_parameters": True})
+    before = run(c, X_LIN)
+    m.fc1.weight = nn.Parameter(torch.randn(32, 16))
+    with torch.no_grad():
+        m.fc2.bias.add_(5)
+    stale = run(c, X_LIN)
+    assert torch.equal(stale, before), "frozen_parameters: the engine keeps the weights it was built with"
+    assert not torch.allclose(stale, eager(m, X_LIN), atol=1e-3)
+    assert engine_compiles(reports) == (1, 0)
+
+
+def test_old_option_name_is_rejected_with_the_new_name():
+    m = linear_ln()
+    with pytest.raises(Exception, match="use .frozen_parameters."):
+        run(torch.compile(m, backend="airgraph", options={"freeze_parameters": True}), X_LIN)
+    with pytest.raises(TypeError, match="use .frozen_parameters."):
+        airgraph.CompilerConfig(freeze_parameters=False)
+    with pytest.raises(ValueError, match="use .frozen_parameters."):
+        airgraph.CompilerConfig.from_options({"freeze_parameters": True})
+    assert airgraph.CompilerConfig().frozen_parameters is False
+    assert airgraph.CompilerConfig.from_options({"frozen_parameters": True}).frozen_parameters is True
