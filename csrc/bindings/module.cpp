@@ -288,8 +288,11 @@ class PyExecutable {
 
 }  // namespace
 
+void bind_weights(nb::module_& m);  // weights.cpp: the per-call check of bound weights
+
 NB_MODULE(_C, m) {
   m.doc() = "airgraph C++ core";
+  bind_weights(m);
   nb::exception<ag::Error>(m, "EngineError");
 
   nb::class_<PyGraph>(m, "Graph")

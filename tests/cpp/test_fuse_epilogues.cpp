@@ -44,7 +44,7 @@ std::shared_ptr<Storage> bytes_of(const TensorType& t, const std::vector<float>&
   if (t.dtype == DType::bf16)
     for (size_t i = 0; i < v.size(); ++i) static_cast<uint16_t*>(s->data)[i] = f32_to_bf16(v[i]);
   else
-    std::memcpy(s->data, v.data(), v.size() * 4);
+    if (!v.empty()) std::memcpy(s->data, v.data(), v.size() * 4);
   return s;
 }
 
@@ -78,7 +78,7 @@ Built run_case(const Case& cs, bool fuse, std::string* graph_text = nullptr) {
   if (outs[0].type.dtype == DType::bf16)
     for (int64_t i = 0; i < n; ++i) b.out[i] = bf16_to_f32(static_cast<const uint16_t*>(outs[0].data)[i]);
   else
-    std::memcpy(b.out.data(), outs[0].data, n * 4);
+    if (n) std::memcpy(b.out.data(), outs[0].data, n * 4);
   return b;
 }
 

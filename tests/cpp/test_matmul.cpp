@@ -48,7 +48,7 @@ std::vector<float> run_op(const std::string& op, const std::vector<Arg>& args, A
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].is_const) {
       auto s = Storage::allocate(args[i].type.nbytes());
-      std::memcpy(s->data, args[i].data, args[i].type.nbytes());
+      if (args[i].type.nbytes()) std::memcpy(s->data, args[i].data, args[i].type.nbytes());
       ins.push_back(g.add_const(args[i].type, s, "c" + std::to_string(i)));
     } else {
       ins.push_back(g.add_input(args[i].type, "x" + std::to_string(i)));
@@ -69,7 +69,7 @@ std::vector<float> run_op(const std::string& op, const std::vector<Arg>& args, A
     auto p = static_cast<const uint16_t*>(outs[0].data);
     for (int64_t i = 0; i < n_out; ++i) r[i] = bf16_to_f32(p[i]);
   } else {
-    std::memcpy(r.data(), outs[0].data, n_out * 4);
+    if (n_out) std::memcpy(r.data(), outs[0].data, n_out * 4);
   }
   return r;
 }
