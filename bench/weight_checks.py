@@ -1,6 +1,8 @@
 """Per-call cost of airgraph's weight checks on BERT-base (zoo "bert", size "full", batch 1).
 
-    .venv/bin/python bench/weight_checks.py [ROUNDS] [--eager]
+    .venv/bin/python bench/weight_checks.py [ROUNDS] [--eager] [--small]
+
+(--small: the small BERT config, a quick smoke run.)
 
 1. the check alone: WeightGuard.check(args) on the argument list one call gets, timeit over many
    calls (the C++ guard on its default path, the same guard through torch's _version getter, and
@@ -27,7 +29,7 @@ with open("/proc/cpuinfo") as f:
 cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?")
 isa = " ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f" {x}" in info)
 print(f"{cpu}, {torch.get_num_threads()} threads, ISA {isa}; torch {torch.__version__}")
-model, args, kwargs = zoo.build("bert", "full", batch=1)
+model, args, kwargs = zoo.build("bert", "small" if "--small" in sys.argv else "full", batch=1)
 frozen_model = copy.deepcopy(model)
 
 runs = []
@@ -86,7 +88,7 @@ print(f"check as the compiled callable does it (binding lookup + guard): min {mi
       f"median {statistics.median(ts):.0f} ns")
 
 # whole calls, interleaved
-rounds, per = int(sys.argv[1]) if len(sys.argv) > 1 else 10, 5
+rounds, per = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 10, 5
 res = {"checks on (default)": [], "frozen_parameters=True": []}
 fns = {"checks on (default)": checked, "frozen_parameters=True": frozen}
 if "--eager" in sys.argv:

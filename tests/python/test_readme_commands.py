@@ -263,3 +263,19 @@ def test_zoo_report_small(tmp_path):
     assert int(cells[1]) > 10 and int(cells[2]) == 0, row  # ATen nodes, none fell back
     assert float(cells[3].split()[0]) < 1e-3, row  # max diff vs eager
     assert "| minilm |" in out_md.read_text()
+
+
+def test_demo_script():
+    # the demo command (scripts/demo.sh) is `python examples/demo.py` after the setup command
+    out = _ok(_python(["examples/demo.py", "--runs", "3"], timeout=300))
+    diff = re.search(r"max abs difference of the embeddings: (\S+)", out)
+    assert diff and float(diff.group(1)) <= 1e-4, out
+    assert re.search(r"airgraph median of 3: +[\d.]+ ms", out), out
+    assert out.rstrip().splitlines()[-1] == "OK", out
+
+
+def test_weight_checks_benchmark_small():
+    out = _ok(_python(["bench/weight_checks.py", "2", "--small"], timeout=300))
+    m = re.search(r"check alone, C\+\+ WeightGuard \(default: direct count read\): min +(\d+) ns", out)
+    assert m and int(m.group(1)) > 0, out
+    assert re.search(r"engine rebuilds during the run: 0\b", out), out  # unchanged weights never rebuild
