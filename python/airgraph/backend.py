@@ -6,6 +6,7 @@ airgraph first.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -20,8 +21,23 @@ from .decompositions import decomposition_table
 
 log = logging.getLogger("airgraph")
 
-# Reports of the graphs compiled since the last reset (airgraph.explain reads them).
+# Lists that collect the CompileReport of every graph compiled while they are registered
+# (airgraph.explain and the debug tools read them); use collect_reports().
 _REPORT_SINKS: list[list[CompileReport]] = []
+
+
+@contextlib.contextmanager
+def collect_reports():
+    """Collects the CompileReports of the graphs compiled inside the block, in a list."""
+    sink: list[CompileReport] = []
+    _REPORT_SINKS.append(sink)
+    try:
+        yield sink
+    finally:  # by identity: another collector may hold equal contents (two empty lists, say)
+        for i, s in enumerate(_REPORT_SINKS):
+            if s is sink:
+                del _REPORT_SINKS[i]
+                break
 
 
 def _param_positions(gm: torch.fx.GraphModule, example_inputs) -> dict[int, str]:

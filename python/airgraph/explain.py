@@ -80,14 +80,12 @@ class ExplainReport:
 
 def explain(model, *inputs, config: CompilerConfig | None = None, **kwargs) -> ExplainReport:
     """Compiles `model` with airgraph, runs it once on `inputs` and reports every ATen node."""
-    sink: list[CompileReport] = []
-    _backend._REPORT_SINKS.append(sink)
     try:
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend=_backend.get_backend(config), dynamic=False)
-        with torch.no_grad():
-            compiled(*inputs, **kwargs)
+        with _backend.collect_reports() as sink:
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend=_backend.get_backend(config), dynamic=False)
+            with torch.no_grad():
+                compiled(*inputs, **kwargs)
     finally:
-        _backend._REPORT_SINKS.remove(sink)
         torch._dynamo.reset()
     return ExplainReport(sink, max(0, len(sink) - 1))

@@ -44,13 +44,8 @@ def _model():
 
 
 def test_model_runs_natively():
-    sink = []
-    ag_backend._REPORT_SINKS.append(sink)
-    try:
-        with torch.no_grad():
-            torch.compile(_model(), backend="airgraph")(torch.randn(2, 3, 8, 8))
-    finally:
-        ag_backend._REPORT_SINKS.remove(sink)
+    with ag_backend.collect_reports() as sink, torch.no_grad():
+        torch.compile(_model(), backend="airgraph")(torch.randn(2, 3, 8, 8))
     rep = airgraph.ExplainReport(sink, 0)
     assert rep.total_nodes > 10 and rep.fallback_nodes == 0, rep
 

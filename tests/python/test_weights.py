@@ -29,10 +29,8 @@ def assert_close(got, want, msg=""):
 @pytest.fixture
 def reports():
     """The CompileReports of every graph compiled during the test (engine compiles, rebuilds)."""
-    sink = []
-    backend._REPORT_SINKS.append(sink)
-    yield sink
-    backend._REPORT_SINKS[:] = [s for s in backend._REPORT_SINKS if s is not sink]  # by identity
+    with backend.collect_reports() as sink:
+        yield sink
 
 
 @pytest.fixture(autouse=True)

@@ -23,15 +23,13 @@ REL_TOL = 1e-4
 
 def _compile_and_explain(model, args, kwargs):
     """torch.compile with airgraph (fallback allowed), one run; returns (outputs, ExplainReport)."""
-    sink = []
-    ag_backend._REPORT_SINKS.append(sink)
     try:
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend=airgraph.get_backend(), dynamic=False)
-        with torch.no_grad():
-            got = compiled(*args, **kwargs)
+        with ag_backend.collect_reports() as sink:
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend=airgraph.get_backend(), dynamic=False)
+            with torch.no_grad():
+                got = compiled(*args, **kwargs)
     finally:
-        ag_backend._REPORT_SINKS.remove(sink)
         torch._dynamo.reset()
     return got, airgraph.ExplainReport(sink, max(0, len(sink) - 1))
 

@@ -88,14 +88,10 @@ def _flat(o):
 def _run_compiled(model, inputs, kwargs, config):
     from .. import backend as _backend
 
-    sink = []
-    _backend._REPORT_SINKS.append(sink)
-    try:
+    with _backend.collect_reports() as sink:
         torch._dynamo.reset()
         with torch.no_grad():
             out = torch.compile(model, backend=_backend.get_backend(config), dynamic=False)(*inputs, **kwargs)
-    finally:
-        _backend._REPORT_SINKS.remove(sink)
     return out, [g for r in sink for g in r.graphs]
 
 

@@ -81,19 +81,17 @@ def _run_profiled(model, inputs, kwargs, cfg, runs):
     """Compiles, warms up once, then runs `runs` times recording per-node times."""
     from .. import backend as _backend
 
-    sink = []
-    _backend._REPORT_SINKS.append(sink)
     try:
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend=_backend.get_backend(cfg), dynamic=False)
-        with torch.no_grad():
-            compiled(*inputs, **kwargs)  # compile + warm up
-            graphs = [g for r in sink for g in r.graphs]
-            for g in graphs:
-                g.profiles.clear()
-            for _ in range(runs):
-                compiled(*inputs, **kwargs)
+        with _backend.collect_reports() as sink:
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend=_backend.get_backend(cfg), dynamic=False)
+            with torch.no_grad():
+                compiled(*inputs, **kwargs)  # compile + warm up
+                graphs = [g for r in sink for g in r.graphs]
+                for g in graphs:
+                    g.profiles.clear()
+                for _ in range(runs):
+                    compiled(*inputs, **kwargs)
     finally:
-        _backend._REPORT_SINKS.remove(sink)
         torch._dynamo.reset()
     return graphs
