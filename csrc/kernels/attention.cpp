@@ -85,13 +85,14 @@ class SdpaKernel final : public Kernel {
     per_slot_ = S_ + E_ + Ev_;
     n_scores_ = gemm_ ? static_cast<size_t>(chunk_ * G_ * L_ * S_) : static_cast<size_t>(std::max(slots_, 1) * per_slot_);
     const int64_t nq = B_ * H_ * L_ * E_, nk = B_ * Hk_ * S_ * E_, nv = B_ * Hk_ * S_ * Ev_, no = B_ * H_ * L_ * Ev_;
-    floats_ = n_scores_ + (t_ == DType::f32 ? 0 : static_cast<size_t>(nq + nk + nv + no));
-    pad_ = std::max(full_.qk.scratch_bytes, std::max(full_.pv.scratch_bytes,
-                                                     std::max(rest_.qk.scratch_bytes, rest_.pv.scratch_bytes)));
+    const size_t floats = n_scores_ + (t_ == DType::f32 ? 0 : static_cast<size_t>(nq + nk + nv + no));
+    floats_off_ = scratch_.add(floats * sizeof(float));
+    pad_off_ = scratch_.add(std::max({full_.qk.scratch_bytes, full_.pv.scratch_bytes, rest_.qk.scratch_bytes,
+                                      rest_.pv.scratch_bytes}));
   }
 
   // scores (and the f32 copies of 16-bit inputs), then the GEMMs' scratchpad
-  size_t scratch_bytes() const override { return (floats_ * sizeof(float) + 63) / 64 * 64 + pad_; }
+  size_t scratch_bytes() const override { return scratch_.bytes; }
   std::unique_ptr<KernelState> make_state() const override {
     if (!gemm_) return nullptr;
     auto st = std::make_unique<State>();
@@ -107,7 +108,7 @@ class SdpaKernel final : public Kernel {
     const int64_t nq = B_ * H_ * L_ * E_, nk = B_ * Hk_ * S_ * E_, nv = B_ * Hk_ * S_ * Ev_, no = B_ * H_ * L_ * Ev_;
     const bool f32 = t_ == DType::f32;
     const size_t n_scores = n_scores_;
-    float* scratch = static_cast<float*>(ctx.scratch);
+    float* scratch = ScratchLayout::at<float>(ctx, floats_off_);
     const float *Q = static_cast<const float*>(in[0]), *K = static_cast<const float*>(in[1]),
                 *V = static_cast<const float*>(in[2]);
     float* O = static_cast<float*>(out[0]);
@@ -122,7 +123,7 @@ class SdpaKernel final : public Kernel {
       using M = std::remove_cv_t<std::remove_pointer_t<decltype(mask)>>;
       if (gemm_)
         run_gemm<M>(Q, K, V, mask, O, scratch, *static_cast<State*>(ctx.state),
-                    static_cast<char*>(ctx.scratch) + (floats_ * sizeof(float) + 63) / 64 * 64);
+                    ScratchLayout::at(ctx, pad_off_));
       else
         run_rows<M>(Q, K, V, mask, O, scratch);
     };
@@ -298,7 +299,9 @@ class SdpaKernel final : public Kernel {
   Gemms full_, rest_;
   int slots_;
   int64_t per_slot_;
-  size_t n_scores_ = 0, floats_ = 0, pad_ = 0;  // scratch: score floats, all floats, oneDNN scratchpad bytes
+  size_t n_scores_ = 0;  // score floats per chunk (gemm) or per thread slots (rows)
+  ScratchLayout scratch_;  // per run: scores, then the f32 copies of 16-bit inputs; the GEMMs' scratchpad
+  size_t floats_off_ = 0, pad_off_ = 0;
 };
 
 std::unique_ptr<Kernel> make_sdpa(const Node& n) { return std::make_unique<SdpaKernel>(n); }
