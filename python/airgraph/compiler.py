@@ -102,8 +102,31 @@ def lower_node(ctx: LowerCtx, node: torch.fx.Node):
     return res
 
 
+_SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
+
+
+def _scalar_kind(val):
+    """The engine dtype of a scalar graph input (a Python or symbolic bool/int/float), else None."""
+    for py, sym, dt in ((bool, torch.SymBool, "bool"), (int, torch.SymInt, "int64"), (float, torch.SymFloat, "float64")):
+        if isinstance(val, (py, sym)):
+            return dt
+    return None
+
+
+def get_attr_tensor(n: torch.fx.Node):
+    """The tensor a get_attr node reads (a constant the traced code created: torch.tensor(...), a mask)."""
+    obj = n.graph.owning_module
+    for part in str(n.target).split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def _scratch_input(ctx: LowerCtx, n: torch.fx.Node):
     val = n.meta.get("val")
+    if n.op == "get_attr":
+        val = get_attr_tensor(n)
+    if _scalar_kind(val) is not None:
+        return ctx.g.add_input(_scalar_kind(val), [], n.name)
     if _is_tensor_meta(val):
         return ctx.g.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
     if isinstance(val, (list, tuple)) and all(_is_tensor_meta(v) or v is None for v in val):
@@ -131,6 +154,9 @@ def node_support(node: torch.fx.Node) -> tuple[bool, str]:
     except EngineError as e:
         return False, str(e).split("\n")[0]
     except Exception as e:  # a bug in a lowering must not break the user's compile
+        scalars = [a.name for a in node.all_input_nodes if _scalar_kind(a.meta.get("val")) is not None]
+        if scalars:  # a lowering that needs a static value (a size, a dim) got a graph input
+            return False, f"needs the value of graph input {scalars[0]} at compile time"
         log.warning("airgraph: lowering %s (%s) raised %s: %s; it runs in PyTorch", node.name, target_name(node),
                     type(e).__name__, e)
         return False, f"internal error in lowering: {type(e).__name__}: {e}"
@@ -149,6 +175,7 @@ class EngineGraph:
         g = C.Graph()
         ctx = LowerCtx(g)
         self.input_positions: list[int] = []
+        self.scalar_inputs: dict[int, torch.dtype] = {}  # argument position -> dtype of its 0-d tensor
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
         for i, n in enumerate(phs):
             val = n.meta.get("val")
@@ -160,8 +187,15 @@ class EngineGraph:
             elif _is_tensor_meta(val):
                 ctx.env[n] = g.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
                 self.input_positions.append(i)
+            elif _scalar_kind(val) is not None:
+                if not n.users:
+                    continue  # a size or flag the trace already specialized on
+                dt = _scalar_kind(val)
+                ctx.env[n] = g.add_input(dt, [], n.name)  # a 0-d tensor made from the argument per call
+                self.input_positions.append(i)
+                self.scalar_inputs[i] = torch_dtype(dt)
             else:
-                raise Unsupported(f"graph input {n.name} is not a tensor")
+                raise Unsupported(f"graph input {n.name} is a {type(val).__name__}")
         out_ids: list[int] = []
         for n in gm.graph.nodes:
             if n.op == "call_function":
@@ -169,6 +203,11 @@ class EngineGraph:
                     ctx.env[n] = lower_node(ctx, n)
                 except EngineError as e:
                     raise EngineError(f"{e}\n  while lowering FX node {n.name} ({target_name(n)})") from None
+            elif n.op == "get_attr":
+                t = get_attr_tensor(n)
+                if not isinstance(t, torch.Tensor):
+                    raise Unsupported(f"FX node {n.name} reads a {type(t).__name__}, not a tensor")
+                ctx.env[n] = g.add_const(t.detach().contiguous(), n.name)
             elif n.op == "output":
                 outs = n.args[0]
                 outs = outs if isinstance(outs, (list, tuple)) else [outs]
@@ -249,6 +288,8 @@ class EngineGraph:
         ptrs, ins = [], []
         for i, (shape, dtype) in zip(self.input_positions, self.in_specs):
             a = args[i]
+            if i in self.scalar_inputs:
+                a = torch.tensor(a, dtype=dtype)
             if a.dtype != dtype or a.shape != shape:
                 raise EngineError(f"graph_{self.gid} input {i} is {a.dtype}{list(a.shape)} but was compiled for "
                                   f"{dtype}{list(shape)}")
@@ -553,14 +594,13 @@ def _compile_aten_graph(gm, consts, config, report, const_names):
     if not unsupported:
         try:
             binder = _Binder(_whole_graph_builder(gm, config), consts, const_names, config, report)
+            report.compile_ms = (time.perf_counter() - t0) * 1000
+            return _checked(binder)
         except Unsupported as e:
-            # a whole-graph problem (a non-tensor input or output): run it in PyTorch
-            for r in report.nodes:
-                r.native, r.reason = False, str(e)
-            log.warning("airgraph: graph runs in PyTorch: %s", e)
-            return _boxed(gm)
-        report.compile_ms = (time.perf_counter() - t0) * 1000
-        return _checked(binder)
+            # the graph's boundary (an output that is not a tensor, say): every node is supported, so
+            # one region holds them all and the FX graph around it passes the rest through
+            log.info("airgraph: the graph runs as one engine region inside its FX graph: %s", e)
+            report.engine_graphs, report.graphs[:], report.pass_stats[:], report.exec_stats[:] = 0, [], [], []
 
     for n in unsupported:
         r = next(r for r in report.nodes if r.name == n.name)
@@ -569,16 +609,21 @@ def _compile_aten_graph(gm, consts, config, report, const_names):
     parts = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(parts)
     outer_pos = {n: i for i, n in enumerate(n for n in fused.graph.nodes if n.op == "placeholder")}
-    regions = []  # (attribute name, region graph, {region input index: outer position of a constant}, single)
+    # (attribute name, region graph, {region input index: outer position of a bound weight},
+    #  {region input index: tensor constant of the graph}, single output)
+    regions = []
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
             continue
         sub = getattr(fused, node.target)
         cmap = {j: outer_pos[a] for j, a in enumerate(node.args) if a in outer_pos and outer_pos[a] in consts}
+        # tensors the traced code created (get_attr): constants of the region, owned by the graph
+        fixed = {j: get_attr_tensor(a) for j, a in enumerate(node.args)
+                 if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
         single = not isinstance(next(n for n in sub.graph.nodes if n.op == "output").args[0], (list, tuple))
-        regions.append((node.target, sub, cmap, single))
+        regions.append((node.target, sub, cmap, fixed, single))
     # only constants an engine region reads are bound (and checked); PyTorch nodes read their arguments per call
-    used = {p for _, _, cmap, _ in regions for p in cmap.values()}
+    used = {p for _, _, cmap, _, _ in regions for p in cmap.values()}
     binder = _Binder(_regions_builder(fused, regions, config), {i: t for i, t in consts.items() if i in used},
                      const_names, config, report)
     fused.recompile()
@@ -605,7 +650,7 @@ def _whole_graph_builder(gm, config):
 def _regions_builder(fused, regions, config):
     def build(consts, changed, prev, report):
         graphs = []
-        for target, sub, cmap, single in regions:
+        for target, sub, cmap, fixed, single in regions:
             mod = getattr(fused, target)
             if prev is not None:
                 if not isinstance(mod, _EngineModule):
@@ -614,6 +659,7 @@ def _regions_builder(fused, regions, config):
                     graphs.append(mod.eg)
                     continue
             sub_consts = {j: consts[p] for j, p in cmap.items() if p in consts}
+            sub_consts.update(fixed)
             try:
                 eg = EngineGraph(sub, sub_consts, config, report)
             except (Unsupported, EngineError) as e:

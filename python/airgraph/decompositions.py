@@ -2,10 +2,16 @@
 
 We keep ops the engine runs well as one kernel (linear/addmm, convolution,
 layer norm, softmax, gelu, embedding, SDPA) and decompose composite ops that
-are cheaper to support through their parts.
+are cheaper to support through their parts (_DECOMPOSE). Every other op with
+no lowering of its own is decomposed into core ATen ops where PyTorch has a
+decomposition for it (the table Inductor and torch.export use), so an op the
+engine lacks runs through its parts on the engine instead of falling back;
+an op gains a lowering, and its decomposition drops out of the table.
 """
+import functools
+
 import torch
-from torch._decomp import get_decompositions
+from torch._decomp import core_aten_decompositions, get_decompositions
 
 aten = torch.ops.aten
 
@@ -39,5 +45,13 @@ _DECOMPOSE = [
 ]
 
 
+@functools.cache
 def decomposition_table():
-    return get_decompositions(_DECOMPOSE)
+    from .lowering import LOWERINGS, load_all
+
+    load_all()
+    table = get_decompositions(_DECOMPOSE)
+    for op, fn in core_aten_decompositions().items():
+        if op not in LOWERINGS:
+            table.setdefault(op, fn)
+    return table

@@ -196,3 +196,70 @@ def test_cpu_without_avx2_is_refused_with_a_clear_error(monkeypatch):
         _core._check_cpu()
     monkeypatch.setattr(builtins, "open", real_open)
     _core._check_cpu()  # this machine has them (the extension loaded)
+
+
+def _native_report(fn, *args):
+    """Compiles fn with airgraph (fallbacks allowed), runs it, returns (result, reports)."""
+    from airgraph.backend import collect_reports
+
+    torch._dynamo.reset()
+    with torch.no_grad(), collect_reports() as reports:
+        out = torch.compile(fn, backend="airgraph", dynamic=False)(*args)
+    return out, reports
+
+
+def test_tensor_constants_made_in_forward_are_engine_constants():
+    # torch.tensor(...) inside forward is a get_attr node in the traced graph (as transformers'
+    # masks and RoPE tables are): it must not send the whole graph to PyTorch
+    def f(x):
+        return (x + torch.tensor([1.0, -2.0, 3.0])) * torch.tensor(0.5)
+
+    x = torch.randn(4, 3)
+    out, reports = _native_report(f, x)
+    assert_close(out, f(x))
+    nodes = [n for r in reports for n in r.nodes]
+    assert nodes and all(n.native for n in nodes), [(n.name, n.reason) for n in nodes if not n.native]
+    assert sum(r.engine_graphs for r in reports) == 1
+
+
+def test_tensor_constant_beside_a_fallback_node_is_a_region_constant():
+    def f(x):
+        y = x * torch.tensor([2.0, 3.0, 4.0])
+        y = torch.special.zeta(y, 2.0)  # no lowering: runs in PyTorch, the rest on the engine
+        return y + torch.tensor([1.0, 1.5, 2.0])
+
+    x = torch.rand(5, 3) + 1.0
+    out, reports = _native_report(f, x)
+    assert_close(out, f(x))
+    nodes = {n.target: n.native for r in reports for n in r.nodes}
+    assert nodes["aten.mul.Tensor"] and nodes["aten.add.Tensor"] and not nodes["aten.special_zeta.other_scalar"]
+
+
+def test_non_tensor_outputs_do_not_send_the_graph_to_pytorch():
+    def f(x):
+        return x.sum(0), None, x.shape[0] * 2
+
+    x = torch.randn(3, 5)
+    out, reports = _native_report(f, x)
+    assert out[1] is None and out[2] == 6
+    assert_close(out[0], x.sum(0))
+    nodes = [n for r in reports for n in r.nodes]
+    assert nodes and all(n.native for n in nodes)
+
+
+def test_scalar_graph_input_runs_natively():
+    # a changing Python int becomes a graph input (a SymInt): the nodes that use it as a value
+    # run on the engine, fed a 0-d tensor per call
+    def f(x, n: int):
+        return x * n + 1
+
+    from airgraph.backend import collect_reports
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="airgraph")
+    x = torch.randn(2, 3)
+    with torch.no_grad(), collect_reports() as reports:
+        for n in (2, 3, 7):
+            assert_close(cf(x, n), f(x, n))
+    nodes = [n for r in reports for n in r.nodes]
+    assert nodes and all(n.native for n in nodes), [(n.name, n.reason) for n in nodes if not n.native]
