@@ -197,3 +197,25 @@ def test_view_dtype_falls_back():
     assert torch.equal(got, f(x))
     with pytest.raises(Exception, match="bit reinterpretation"):
         compile_native(f)(x)
+
+
+@pytest.mark.parametrize("offset,dims", [(0, (0, 1)), (2, (0, 1)), (-1, (1, 2)), (1, (2, 0))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_diagonal_and_copy_views(offset, dims, dtype):
+    x = (torch.randn(5, 4, 6) * 10).to(dtype)
+    check(lambda t: torch.diagonal(t, offset, *dims) * 2, x)
+    check(lambda t: torch.diagonal_copy(t, offset, *dims), x)
+    check(lambda t: torch.permute_copy(t, (2, 0, 1)) + torch.narrow_copy(t, 0, 1, 3).sum(), x)
+
+
+def test_var_mean_decomposition_runs_natively():
+    # var_mean/std_mean decompose through prims.div and prims.broadcast_in_dim
+    x = torch.randn(3, 7, 5)
+    check(lambda t: torch.var_mean(t, dim=1, correction=0), x)
+    check(lambda t: torch.std_mean(t, dim=(0, 2), keepdim=True), x)
+
+
+@pytest.mark.parametrize("alpha,beta", [(0.5, 1), (1, 2.0), (0.3, 0.0), (-1.5, 0.25)])
+def test_addmm_alpha_beta(alpha, beta):
+    b, x, w = torch.randn(6), torch.randn(4, 5), torch.randn(5, 6)
+    check(lambda bb, xx, ww: torch.addmm(bb, xx, ww, alpha=alpha, beta=beta), b, x, w)

@@ -53,14 +53,20 @@ def _matmul(ctx, node, a, b):
 
 @lowering(aten.addmm.default)
 def _addmm(ctx, node, bias, a, b, *, beta=1, alpha=1):
-    if not _is_one(alpha):
-        raise Unsupported(f"addmm with alpha={alpha}")
     if _is_zero(beta):  # torch ignores the bias entirely (even NaN/inf in it)
-        return ctx.emit("matmul", _float_operands(ctx, a, b))
-    if not _is_one(beta):
-        raise Unsupported(f"addmm with beta={beta}")
+        out = ctx.emit("matmul", _float_operands(ctx, a, b))
+        return out if _is_one(alpha) else ctx.emit("mul", [out, ctx.const(alpha, ctx.dtype(out))])
     va, vb, vbias = _float_operands(ctx, a, b, bias)
-    return ctx.emit("matmul", [va, vb, vbias])
+    if _is_one(alpha) and _is_one(beta):
+        return ctx.emit("matmul", [va, vb, vbias])
+    # beta * bias + alpha * (a @ b), as eager computes it for these scalars
+    dt = ctx.dtype(va)
+    prod = ctx.emit("matmul", [va, vb])
+    if not _is_one(alpha):
+        prod = ctx.emit("mul", [prod, ctx.const(alpha, dt)])
+    if not _is_one(beta):
+        vbias = ctx.emit("mul", [vbias, ctx.const(beta, dt)])
+    return ctx.emit("add", [vbias, prod])
 
 
 @lowering(aten.linear.default)
