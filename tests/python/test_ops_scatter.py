@@ -116,3 +116,14 @@ def test_masked_scatter(dtype):
         return x.masked_scatter(m, src), x.masked_scatter(m[:1], src[:25].view(5, 5)), x[:1].masked_scatter(m, src)
 
     check(f, x, m, src)
+
+
+def test_index_family_0d():
+    x, s = torch.tensor(1.5), torch.tensor(-2.0)
+    i = torch.tensor([0])
+
+    def f(x, s, i):
+        return (x.index_add(0, i, s, alpha=2), x.index_copy(0, i, s), x.index_fill(0, i, 3.0),
+                x.index_reduce(0, i, s, "amax", include_self=False), x.index_reduce(0, i, s, "mean"))
+
+    check(f, x, s, i)

@@ -42,7 +42,7 @@ def test_unfold(dtype):
 
     def f(x):
         return (x.unfold(1, 3, 2), x.unfold(0, 1, 1), x.unfold(-1, 4, 1), x.unfold(1, 4, 4),
-                x.transpose(0, 1).unfold(1, 2, 1), x.unfold(1, 0, 3))
+                x.transpose(0, 1).unfold(1, 2, 1), x.unfold(1, 0, 3), x[0, 0, 0].unfold(0, 1, 1))
 
     check(f, x)
 

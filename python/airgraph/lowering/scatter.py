@@ -60,9 +60,17 @@ def _scatter(ctx, x, dim, index, src, reduce="none", include_self=True, index_1d
     s = _src(ctx, src, dt)
     xs = ctx.shape(v) or [1]
     ss, ishape = ctx.shape(s), ctx.shape(i)
+    if index_1d and ctx.rank(v) == 0:
+        # a 0-d self is a 1-element vector indexed by a 1-element index
+        if _numel(ishape) != 1 or _numel(ss) != 1:
+            raise Unsupported("index_* on a 0-d tensor with more than one index")
+        out = ctx.emit("scatter", [reshape(ctx, v, [1]), reshape(ctx, i, [1]), reshape(ctx, s, [1] if ss or not fill else [])],
+                       {"dim": 0, "reduce": reduce, "include_self": bool(include_self), "index_1d": True,
+                        "wrap": False, "alpha": float(alpha)})
+        return reshape(ctx, out, [])
     if index_1d:
-        if len(ishape) > 1 or ctx.rank(v) == 0:
-            raise Unsupported("index_* on a 0-d tensor or with an index of more than one dimension")
+        if len(ishape) > 1:
+            raise Unsupported("index_* with an index of more than one dimension")
         want = list(xs)
         want[d] = 1 if not ishape else ishape[0]
         if not (fill and not ss) and ss != want:

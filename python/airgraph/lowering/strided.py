@@ -94,8 +94,13 @@ def _unfold(ctx, node, x, dimension, size, step):
     v = ctx.value(x)
     shape = ctx.shape(v)
     dimension, size, step = _ints([dimension, size, step])
-    if not shape or step <= 0:
-        raise Unsupported("unfold of a 0-d tensor or with a non-positive step")
+    if step <= 0:
+        raise Unsupported("unfold with a non-positive step")
+    if not shape:  # a 0-d tensor unfolds to [size] with size 0 or 1
+        if size not in (0, 1) or dimension not in (0, -1):
+            raise Unsupported("unfold of a 0-d tensor")
+        return reshape(ctx, v, [1]) if size == 1 else ctx.emit("as_strided", [v], {"size": [0], "stride": [1],
+                                                                                    "storage_offset": 0})
     d = dimension % len(shape)
     if not 0 <= size <= shape[d]:
         raise Unsupported("unfold size larger than the dimension")
