@@ -245,6 +245,74 @@ std::unique_ptr<Kernel> make_repeat(const Node& n) {
                         StridedCopy(sizes, ss, contiguous_strides(sizes), 0, 0, dtype_size(it.dtype)));
 }
 
+// ---- as_strided{size, stride, storage_offset} over the contiguous input ----------
+// Every element the view reaches must lie inside the input (the front checks
+// the input is its own contiguous storage). as_strided_view: the alias when the
+// result is itself contiguous. as_strided_scatter(self, src): out = self with
+// the strided window overwritten by src (the front ensures no overlap).
+struct StridedSpec {
+  Shape size, stride;
+  int64_t offset;
+};
+StridedSpec strided_spec(const TensorType& t, const Attrs& a, const char* what) {
+  StridedSpec s{a.ints("size"), a.ints("stride"), a.i("storage_offset", 0)};
+  AG_CHECK(s.size.size() == s.stride.size(), what, ": size ", shape_str(s.size), " and stride ",
+           shape_str(s.stride), " differ in length");
+  AG_CHECK(s.offset >= 0, what, ": negative storage_offset ", s.offset);
+  int64_t last = s.offset, n = 1;
+  for (size_t i = 0; i < s.size.size(); ++i) {
+    AG_CHECK(s.size[i] >= 0 && s.stride[i] >= 0, what, ": negative size or stride in ", shape_str(s.size), " / ",
+             shape_str(s.stride));
+    n *= s.size[i];
+    if (s.size[i] > 0) last += (s.size[i] - 1) * s.stride[i];
+  }
+  AG_CHECK(n == 0 || last < t.numel(), what, ": size ", shape_str(s.size), ", stride ", shape_str(s.stride),
+           ", offset ", s.offset, " reach element ", last, " outside ", t.str());
+  return s;
+}
+
+std::vector<TensorType> infer_as_strided(const std::vector<TensorType>& in, const Attrs& a) {
+  return {TensorType(in[0].dtype, strided_spec(in[0], a, "as_strided").size)};
+}
+
+std::unique_ptr<Kernel> make_as_strided(const Node& n) {
+  const auto& it = n.inputs[0]->type;
+  StridedSpec s = strided_spec(it, n.attrs, "as_strided");
+  return strided_kernel("as_strided_copy", StridedCopy(s.size, s.stride, contiguous_strides(s.size), s.offset, 0,
+                                                       dtype_size(it.dtype)));
+}
+
+std::vector<TensorType> infer_as_strided_view(const std::vector<TensorType>& in, const Attrs& a) {
+  StridedSpec s = strided_spec(in[0], a, "as_strided_view");
+  Shape cs = contiguous_strides(s.size);
+  for (size_t i = 0; i < s.size.size(); ++i)
+    AG_CHECK(s.size[i] <= 1 || s.stride[i] == cs[i], "as_strided_view: stride ", shape_str(s.stride),
+             " is not contiguous for size ", shape_str(s.size), " (use as_strided)");
+  return {TensorType(in[0].dtype, s.size)};
+}
+int64_t as_strided_view_offset(const Node& n) {
+  if (n.out()->type.numel() == 0) return 0;
+  return n.attrs.i("storage_offset", 0) * static_cast<int64_t>(dtype_size(n.inputs[0]->type.dtype));
+}
+
+std::vector<TensorType> infer_as_strided_scatter(const std::vector<TensorType>& in, const Attrs& a) {
+  StridedSpec s = strided_spec(in[0], a, "as_strided_scatter");
+  AG_CHECK(in[1].dtype == in[0].dtype && in[1].shape() == s.size, "as_strided_scatter: src ", in[1].str(),
+           " must be ", TensorType(in[0].dtype, s.size).str());
+  return {in[0]};
+}
+
+std::unique_ptr<Kernel> make_as_strided_scatter(const Node& n) {
+  const auto& it = n.inputs[0]->type;
+  StridedSpec s = strided_spec(it, n.attrs, "as_strided_scatter");
+  StridedCopy plan(s.size, contiguous_strides(s.size), s.stride, 0, s.offset, dtype_size(it.dtype));
+  const size_t bytes = it.nbytes();
+  return make_fn_kernel("as_strided_scatter", [plan = std::move(plan), bytes](void* const* in, void* const* out) {
+    if (in[0] != out[0] && bytes) std::memcpy(out[0], in[0], bytes);
+    plan.run(in[1], out[0]);
+  });
+}
+
 }  // namespace
 
 AG_REGISTER_OP(reshape, {.name = "reshape", .min_inputs = 1, .max_inputs = 1, .infer = infer_reshape,
@@ -264,6 +332,13 @@ AG_REGISTER_OP(slice_view, {.name = "slice_view", .min_inputs = 1, .max_inputs =
 AG_REGISTER_OP(select_view, {.name = "select_view", .min_inputs = 1, .max_inputs = 1, .infer = infer_select_view,
                              .make_kernel = make_alias, .props = kAlias, .alias_offset = select_view_offset});
 AG_REGISTER_OP(flip, {.name = "flip", .min_inputs = 1, .max_inputs = 1, .infer = infer_flip, .make_kernel = make_flip});
+AG_REGISTER_OP(as_strided, {.name = "as_strided", .min_inputs = 1, .max_inputs = 1, .infer = infer_as_strided,
+                            .make_kernel = make_as_strided});
+AG_REGISTER_OP(as_strided_view, {.name = "as_strided_view", .min_inputs = 1, .max_inputs = 1,
+                                 .infer = infer_as_strided_view, .make_kernel = make_alias, .props = kAlias,
+                                 .alias_offset = as_strided_view_offset});
+AG_REGISTER_OP(as_strided_scatter, {.name = "as_strided_scatter", .min_inputs = 2, .max_inputs = 2,
+                                    .infer = infer_as_strided_scatter, .make_kernel = make_as_strided_scatter});
 AG_REGISTER_OP(repeat, {.name = "repeat", .min_inputs = 1, .max_inputs = 1, .infer = infer_repeat,
                         .make_kernel = make_repeat});
 

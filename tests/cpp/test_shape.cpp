@@ -195,6 +195,32 @@ TEST(IndexOps, IndexSelectGatherIndex) {
                Error);
 }
 
+TEST(IndexOps, ScatterAndAsStrided) {
+  auto x = iota(12);  // [3, 4]
+  TensorType t;
+  // scatter_add along dim 0 with a repeated index: out[i[r][c]][c] += src[r][c]
+  std::vector<int64_t> idx = {2, 0, 2, 2, 2, 1};  // [2, 3]
+  std::vector<float> src = {1, 2, 3, 4, 5, 6};
+  auto y = run1("scatter", {f32({3, 4}), TensorType(DType::i64, {2, 3}), f32({2, 3})}, {x.data(), idx.data(), src.data()},
+                attrs({{"dim", int64_t{0}}, {"reduce", std::string("sum")}}), &t);
+  std::vector<float> want = x;
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) want[idx[r * 3 + c] * 4 + c] += src[r * 3 + c];
+  EXPECT_EQ(y, want);
+  std::vector<int64_t> bad = {0, 3, 0, 0, 0, 0};
+  EXPECT_THROW(run1("scatter", {f32({3, 4}), TensorType(DType::i64, {2, 3}), f32({2, 3})},
+                    {x.data(), bad.data(), src.data()}, attrs({{"dim", int64_t{0}}})),
+               Error);
+  // overlapping sliding windows of width 3, step 2, starting at element 1
+  auto w = run1("as_strided", {f32({3, 4})}, {x.data()},
+                attrs({{"size", Shape{4, 3}}, {"stride", Shape{2, 1}}, {"storage_offset", int64_t{1}}}), &t);
+  ASSERT_EQ(t.shape(), (Shape{4, 3}));
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(w[i * 3 + j], x[1 + 2 * i + j]);
+  EXPECT_THROW(run1("as_strided", {f32({3, 4})}, {x.data()}, attrs({{"size", Shape{4, 3}}, {"stride", Shape{4, 1}}})),
+               Error);
+}
+
 TEST(CreationOps, ArangeAndFull) {
   Graph g;
   Node* a = g.add_node("arange", {}, attrs({{"start", 1.0}, {"end", 2.0}, {"step", 0.25}, {"dtype", DType::f32}}), "a");
