@@ -174,3 +174,12 @@ def test_pixel_shuffle(shape, f, dtype):
     y = F.pixel_shuffle(x, f)
     check(lambda y: F.pixel_unshuffle(y, f), y)
     check(lambda y: F.pixel_unshuffle(y.transpose(-1, -2), f), y.transpose(-1, -2).contiguous())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_instance_norm(dtype):
+    torch.manual_seed(0)
+    x = r(2, 4, 5, 6, dtype=dtype) * 2 + 1
+    check(nn.InstanceNorm2d(4, affine=True).to(dtype), x)
+    check(lambda x: F.instance_norm(x), x)
+    check(nn.InstanceNorm1d(3), r(2, 3, 7, dtype=dtype))

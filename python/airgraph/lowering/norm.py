@@ -90,6 +90,20 @@ def _native_group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
     return [out, None, None]
 
 
+@lowering(aten._native_batch_norm_legit.no_stats)
+def _batch_norm_batch_stats(ctx, node, x, weight, bias, training, momentum, eps):
+    # Batch statistics without running stats. With a batch of one (what instance_norm
+    # reshapes its input to) every channel is its own group: group_norm(groups=C).
+    xv = ctx.value(x)
+    s = ctx.shape(xv)
+    if len(s) < 2 or s[0] != 1:
+        raise Unsupported(f"batch_norm with batch statistics of shape {s} (only a batch of 1)")
+    vals = _params(ctx, xv, [weight, bias], "batch_norm")
+    out = ctx.emit("group_norm", [xv] + vals, {"groups": s[1], "eps": float(eps),
+                                               "has_weight": weight is not None, "has_bias": bias is not None})
+    return [out, None, None]
+
+
 def _pair(v, default=None):
     if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
         return default
