@@ -279,6 +279,12 @@ class IndexKernel final : public Kernel {
     if (out_numel_ == 0) return;
     const char* src = static_cast<const char*>(in[0]);
     char* dst = static_cast<char*>(out[0]);
+    if (rest_ == 1 && bshape_.size() <= 16) {  // element gathers (interpolation): walk the rows with counters, no div/mod per row
+      AG_DISPATCH_BYTES(es_, "index", [&] {
+        gather_elements<scalar_t>(in, static_cast<const scalar_t*>(in[0]), static_cast<scalar_t*>(out[0]), rows);
+      });
+      return;
+    }
     parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, rb)), [&](int64_t b, int64_t e) {
       for (int64_t row = b; row < e; ++row) rest_plan_.run(src + offset_of(in, row) * es_, dst + row * rb);
     });
@@ -286,6 +292,41 @@ class IndexKernel final : public Kernel {
   std::string name() const override { return put_ ? "index_put" : "index"; }
 
  private:
+  // out[row] = x[offset_of(row)] for rows of one element. Each chunk decomposes its first row
+  // once, then advances a counter over (pre, bshape) and each index tensor's position.
+  template <typename T>
+  void gather_elements(const void* const* in, const T* x, T* y, int64_t rows) const {
+    const int nbd = static_cast<int>(bshape_.size());
+    parallel_for(rows, 4096, [&](int64_t b, int64_t e) {
+      int64_t ctr[16] = {0}, q[16] = {0};
+      int64_t pidx = b / nb_, rr = b % nb_;
+      for (int d = nbd - 1; d >= 0; --d) {
+        ctr[d] = rr % bshape_[d];
+        rr /= bshape_[d];
+      }
+      for (int j = 0; j < k_; ++j)
+        for (int d = 0; d < nbd; ++d) q[j] += ctr[d] * idx_bstr_[j][d];
+      for (int64_t row = b; row < e; ++row) {
+        int64_t off = pidx * pre_stride_;
+        for (int j = 0; j < k_; ++j) {
+          int64_t v = load_index(in[j + 1], idx_i32_[j], q[j]);
+          if (v < 0) v += dim_size_[j];
+          off += v * dim_stride_[j];
+        }
+        y[row] = x[off];
+        // advance the counter (the last dim fastest), carrying into pidx
+        int d = nbd - 1;
+        for (; d >= 0; --d) {
+          for (int j = 0; j < k_; ++j) q[j] += idx_bstr_[j][d];
+          if (++ctr[d] < bshape_[d]) break;
+          for (int j = 0; j < k_; ++j) q[j] -= idx_bstr_[j][d] * bshape_[d];
+          ctr[d] = 0;
+        }
+        if (d < 0) ++pidx;
+      }
+    });
+  }
+
   // element offset in x of row (p, b): p over the dims before the indexed ones, b over the index shape
   int64_t offset_of(const void* const* in, int64_t row) const {
     const int nbd = static_cast<int>(bshape_.size());

@@ -3,6 +3,8 @@
 //   rms_norm(x, weight?){normalized_ndim, eps, has_weight}
 //   batch_norm(x, mean, var, weight?, bias?){eps, has_weight, has_bias}  (inference,
 //     channel dim 1, rank 2..5)
+//   group_norm(x, weight?, bias?){groups, eps, has_weight, has_bias}  x [N, C, *],
+//     statistics over each group of C / groups channels and all spatial positions
 // Parameters have the input's dtype or float32 (a bf16 model with f32 norm weights).
 // FP ops never trap here: lets GCC if-convert and vectorize the NaN-aware selects
 // and the vectorized exp (results are unchanged; this is not -ffast-math).
@@ -202,6 +204,82 @@ std::unique_ptr<Kernel> make_batch_norm(const Node& n) {
   return k;
 }
 
+// ---- group_norm ---------------------------------------------------------------
+std::vector<TensorType> infer_group_norm(const std::vector<TensorType>& in, const Attrs& a) {
+  const TensorType& x = in[0];
+  AG_CHECK(is_floating(x.dtype), "group_norm: input must be floating, got ", x.str());
+  AG_CHECK(x.rank() >= 2, "group_norm: input must be [N, C, *], got ", x.str());
+  const int64_t G = a.i("groups");
+  AG_CHECK(G >= 1 && x.size(1) % G == 0, "group_norm: ", x.size(1), " channels are not divisible by groups=", G);
+  bool hw = a.b("has_weight", false), hb = a.b("has_bias", false);
+  AG_CHECK(static_cast<int64_t>(in.size()) == 1 + hw + hb, "group_norm: expected ", 1 + hw + hb, " inputs, got ",
+           in.size());
+  Shape c{x.size(1)};
+  if (hw) check_param("group_norm", "weight", in[1], c, x.dtype);
+  if (hb) check_param("group_norm", "bias", in[1 + hw], c, x.dtype);
+  if (hw && hb) AG_CHECK(in[1].dtype == in[2].dtype, "group_norm: weight and bias dtypes differ");
+  return {x};
+}
+
+template <typename T, typename W>
+void run_group_norm(int64_t N, int64_t C, int64_t HW, int64_t G, double eps_d, const T* x, const W* w,
+                    const W* bias, T* y) {
+  using A = acc_t<T>;
+  const A eps = static_cast<A>(eps_d);
+  const int64_t D = C / G, L = D * HW;
+  parallel_for(N * G, grain_for(3 * L), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const T* p = x + t * L;
+      T* q = y + t * L;
+      A s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < L; ++i) s += load(p[i]);
+      const A mean = s / static_cast<A>(L);
+      A ss = 0;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < L; ++i) {
+        A d = load(p[i]) - mean;
+        ss += d * d;
+      }
+      const A rstd = A(1) / std::sqrt(ss / static_cast<A>(L) + eps);
+      const int64_t c0 = (t % G) * D;
+      for (int64_t d = 0; d < D; ++d) {
+        const A sc = w ? rstd * static_cast<A>(load(w[c0 + d])) : rstd;
+        const A sh = (bias ? static_cast<A>(load(bias[c0 + d])) : A(0)) - mean * sc;
+        const T* pc = p + d * HW;
+        T* qc = q + d * HW;
+#pragma omp simd
+        for (int64_t i = 0; i < HW; ++i) store(qc[i], static_cast<A>(load(pc[i]) * sc + sh));
+      }
+    }
+  });
+}
+
+std::unique_ptr<Kernel> make_group_norm(const Node& n) {
+  const TensorType& x = n.inputs[0]->type;
+  const int64_t N = x.size(0), C = x.size(1), G = n.attrs.i("groups");
+  const int64_t HW = N * C == 0 ? 0 : x.numel() / (N * C), numel = x.numel();
+  const double eps = n.attrs.f("eps");
+  const bool hw = n.attrs.b("has_weight", false), hb = n.attrs.b("has_bias", false);
+  const int wi = hw ? 1 : -1, bi = hb ? 1 + hw : -1;
+  const bool wf32 = (hw || hb) && n.inputs[1]->type.dtype == DType::f32 && x.dtype != DType::f32;
+  std::unique_ptr<Kernel> k;
+  AG_DISPATCH_FLOAT(x.dtype, "group_norm", [&] {
+    auto mk = [&]<typename W>() {
+      k = make_fn_kernel("group_norm", [=](void* const* in, void* const* out) {
+        if (numel == 0) return;
+        run_group_norm<scalar_t, W>(N, C, HW, G, eps, static_cast<const scalar_t*>(in[0]),
+                                    wi >= 0 ? static_cast<const W*>(in[wi]) : nullptr,
+                                    bi >= 0 ? static_cast<const W*>(in[bi]) : nullptr,
+                                    static_cast<scalar_t*>(out[0]));
+      });
+    };
+    if (wf32) mk.template operator()<float>();
+    else mk.template operator()<scalar_t>();
+  });
+  return k;
+}
+
 }  // namespace
 
 AG_REGISTER_OP(layer_norm, {.name = "layer_norm", .min_inputs = 1, .max_inputs = 3, .infer = infer_rowwise<false>,
@@ -210,5 +288,7 @@ AG_REGISTER_OP(rms_norm, {.name = "rms_norm", .min_inputs = 1, .max_inputs = 2, 
                           .make_kernel = make_rowwise<true>, .props = kNoProps});
 AG_REGISTER_OP(batch_norm, {.name = "batch_norm", .min_inputs = 3, .max_inputs = 5, .infer = infer_batch_norm,
                             .make_kernel = make_batch_norm, .props = kNoProps});
+AG_REGISTER_OP(group_norm, {.name = "group_norm", .min_inputs = 1, .max_inputs = 3, .infer = infer_group_norm,
+                            .make_kernel = make_group_norm, .props = kNoProps});
 
 }  // namespace ag

@@ -28,7 +28,6 @@ _DECOMPOSE = [
     aten.elu,
     aten.glu,
     aten.mish,
-    aten.native_group_norm,
     aten.linspace,
     aten.logsumexp,
     aten.linalg_vector_norm,

@@ -1,4 +1,4 @@
-// Tests of the matmul family: matmul, linear, conv and sdpa. Each builds a small
+// Tests of the matmul family: matmul, linear, conv, conv_transpose and sdpa. Each builds a small
 // graph (constant weights where the real models have them, to cover
 // prepacking), runs it through the pass pipeline and the executor and compares
 // with a naive reference computed here; plus bad inputs that must throw.
@@ -259,6 +259,59 @@ TEST(MatmulOps, Conv1dBf16RuntimeWeights) {
                   &os);
   ASSERT_EQ(os, (Shape{N, O, W}));
   expect_near(y, conv2d_ref(x, w, nullptr, N, C, 1, W, O, 1, k, 1, 1, 1, 1, 0, 1, W), 5e-2f, 1e-2f);
+}
+
+// Naive 2-D transposed convolution (scatter form); w is PyTorch's [C, O/groups, kh, kw].
+std::vector<float> conv_transpose2d_ref(const std::vector<float>& x, const std::vector<float>& w, const float* bias,
+                                        int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t k, int64_t s,
+                                        int64_t p, int64_t d, int64_t groups, int64_t OH, int64_t OW) {
+  std::vector<double> acc(N * O * OH * OW, 0.0);
+  const int64_t cg = C / groups, og = O / groups;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t ih = 0; ih < H; ++ih)
+        for (int64_t iw = 0; iw < W; ++iw)
+          for (int64_t oo = 0; oo < og; ++oo)
+            for (int64_t i = 0; i < k; ++i)
+              for (int64_t j = 0; j < k; ++j) {
+                const int64_t oh = ih * s - p + i * d, ow = iw * s - p + j * d, o = (c / cg) * og + oo;
+                if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                acc[((n * O + o) * OH + oh) * OW + ow] +=
+                    double(x[((n * C + c) * H + ih) * W + iw]) * w[((c * og + oo) * k + i) * k + j];
+              }
+  std::vector<float> y(acc.size());
+  for (size_t e = 0; e < y.size(); ++e) y[e] = float(acc[e] + (bias ? bias[(e / (OH * OW)) % O] : 0.0f));
+  return y;
+}
+
+TEST(MatmulOps, ConvTranspose2dGroupsOutputPaddingConstWeights) {
+  // output_padding (1) > padding (0): the last row and column are reached by no input (bias only)
+  const int64_t N = 2, C = 4, H = 5, W = 6, O = 6, k = 3, s = 2, p = 0, d = 1, g = 2, op = 1;
+  const int64_t OH = (H - 1) * s - 2 * p + d * (k - 1) + op + 1, OW = (W - 1) * s - 2 * p + d * (k - 1) + op + 1;
+  auto x = randn(N * C * H * W, 25), w = randn(C * (O / g) * k * k, 26), b = randn(O, 27);
+  Shape os;
+  auto y = run_op("conv_transpose",
+                  {{TensorType(DType::f32, {N, C, H, W}), x.data()},
+                   {TensorType(DType::f32, {C, O / g, k, k}), w.data(), true},
+                   {TensorType(DType::f32, {O}), b.data(), true}},
+                  attrs({{"stride", Shape{s, s}}, {"padding", Shape{p, p}}, {"output_padding", Shape{op, op}},
+                         {"dilation", Shape{d, d}}, {"groups", g}}),
+                  &os);
+  ASSERT_EQ(os, (Shape{N, O, OH, OW}));
+  expect_near(y, conv_transpose2d_ref(x, w, b.data(), N, C, H, W, O, k, s, p, d, g, OH, OW), 1e-4f, 1e-4f);
+}
+
+TEST(MatmulOps, ConvTranspose2dPaddingDilationRuntimeWeights) {
+  const int64_t N = 1, C = 3, H = 4, W = 7, O = 2, k = 3, s = 3, p = 2, d = 2;
+  const int64_t OH = (H - 1) * s - 2 * p + d * (k - 1) + 1, OW = (W - 1) * s - 2 * p + d * (k - 1) + 1;
+  auto x = randn(N * C * H * W, 28), w = randn(C * O * k * k, 29);
+  Shape os;
+  auto y = run_op("conv_transpose",
+                  {{TensorType(DType::f32, {N, C, H, W}), x.data()}, {TensorType(DType::f32, {C, O, k, k}), w.data()}},
+                  attrs({{"stride", Shape{s}}, {"padding", Shape{p}}, {"dilation", Shape{d}}, {"groups", int64_t{1}}}),
+                  &os);
+  ASSERT_EQ(os, (Shape{N, O, OH, OW}));
+  expect_near(y, conv_transpose2d_ref(x, w, nullptr, N, C, H, W, O, k, s, p, d, 1, OH, OW), 1e-4f, 1e-4f);
 }
 
 // ----------------------------------------------------------------------------- sdpa

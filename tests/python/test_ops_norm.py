@@ -203,3 +203,55 @@ def test_layer_norm_stats_outputs_fall_back():
     with torch.no_grad():
         got = torch.compile(fn, backend="airgraph")(x)
     assert_close(_flat(got), _flat(fn(x)), msg="stats")
+
+
+# ---- 3-D and adaptive max pooling --------------------------------------------------------
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("k,s,p,d,ceil", [(2, None, 0, 1, False), (3, 2, 1, 1, True), ((3, 2, 1), (2, 1, 1), (1, 1, 0), (1, 2, 1), False),
+                                          (3, 2, 1, 2, True)])
+def test_max_pool3d(k, s, p, d, ceil, dtype):
+    x = rand(2, 3, 7, 8, 9, dtype=dtype)
+    check(lambda x: F.max_pool3d(x, k, s, p, d, ceil), x)
+    check(lambda x: F.max_pool3d(x, k, s, p, d, ceil, return_indices=True), x[0])
+
+
+def test_max_pool3d_nan_and_noncontiguous():
+    x = torch.randn(1, 2, 4, 4, 4)
+    x[0, 0, 1, 1, 1] = float("nan")
+    x[0, 1, :2, :2, :2] = float("-inf")
+    check(lambda x: F.max_pool3d(x, 2, return_indices=True), x)
+    check(lambda x: F.max_pool3d(x.transpose(2, 4), 2), torch.randn(1, 2, 5, 6, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # eager has no bf16 avg_pool3d
+@pytest.mark.parametrize("k,s,p,ceil,cip,div", [(2, None, 0, False, True, None), (3, 2, 1, True, False, None),
+                                                ((3, 2, 3), (2, 1, 2), (1, 1, 1), True, True, None),
+                                                (3, 2, 1, False, True, 7)])
+def test_avg_pool3d(k, s, p, ceil, cip, div, dtype):
+    x = rand(2, 3, 7, 8, 9, dtype=dtype)
+    check(lambda x: F.avg_pool3d(x, k, s, p, ceil, cip, div), x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("out", [(1, 1, 1), (3, 2, 5), (7, 8, 9), (4, 11, 2)])
+def test_adaptive_avg_pool3d(out, dtype):
+    x = rand(2, 3, 7, 8, 9, dtype=dtype)
+    check(lambda x: F.adaptive_avg_pool3d(x, out), x)
+    check(lambda x: F.adaptive_avg_pool3d(x, out), x[0])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("out", [(1, 1), (3, 5), (11, 10), (4, 13)])
+def test_adaptive_max_pool2d(out, dtype):
+    x = rand(2, 3, 11, 10, dtype=dtype)
+    check(lambda x: F.adaptive_max_pool2d(x, out), x)
+    check(lambda x: F.adaptive_max_pool2d(x, out, return_indices=True), x[0])
+
+
+def test_adaptive_max_pool_1d_3d_and_nan():
+    check(lambda x: F.adaptive_max_pool1d(x, 4, return_indices=True), torch.randn(2, 3, 10))
+    check(lambda x: F.adaptive_max_pool3d(x, (2, 3, 1), return_indices=True), torch.randn(1, 2, 5, 6, 4))
+    x = torch.randn(1, 2, 6, 6)
+    x[0, 0, 0, 0] = float("nan")
+    check(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True), x)
+    check(nn.AdaptiveMaxPool2d((None, 2)), torch.randn(1, 3, 5, 7))

@@ -1,4 +1,5 @@
 """Every op family's lowering table; importing this module registers them all."""
-from . import basic, elementwise, reduce, norm, matmul, shape, index, attention, sort, scatter, strided, prims  # noqa: F401,E501
+from . import (attention, basic, elementwise, index, matmul, norm, prims, reduce, scatter, shape, sort,  # noqa: F401
+               strided, vision)
 
 prims.register_copies()

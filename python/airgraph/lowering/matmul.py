@@ -2,7 +2,9 @@
 
 Engine ops: "matmul"(a, b[, bias]) for rank >= 2 with torch.matmul's batch
 broadcasting, "linear"(x, w[, bias]) with w in PyTorch's [out, in] layout, and
-"conv"(x, w[, bias]){stride, padding, dilation, groups} for 1-D/2-D/3-D.
+"conv"(x, w[, bias]){stride, padding, dilation, groups} for 1-D/2-D/3-D, and
+"conv_transpose"(x, w[, bias]){stride, padding, output_padding, dilation, groups}
+with w in PyTorch's transposed layout [C, O / groups, *k].
 The C++ canonicalize pass turns matmul(x, permute(w, [1, 0])[, bias]) into
 linear(x, w[, bias]), so addmm(b, x, t(w)) from nn.Linear runs as linear.
 """
@@ -77,8 +79,6 @@ def _linear(ctx, node, x, w, b=None):
 
 @lowering(aten.convolution.default)
 def _convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise Unsupported("transposed convolution")
     vids = _float_operands(ctx, x, w) if bias is None else _float_operands(ctx, x, w, bias)
     rx, rw = ctx.rank(vids[0]), ctx.rank(vids[1])
     if rx != rw or rx not in (3, 4, 5):
@@ -92,5 +92,13 @@ def _convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, o
         if len(v) != sp:
             raise Unsupported(f"{name} {v} for {sp} spatial dims")
         ints.append(v)
+    if transposed:
+        op = [int(e) for e in output_padding]
+        if len(op) == 1 and sp > 1:
+            op = op * sp
+        if len(op) != sp:
+            raise Unsupported(f"output_padding {op} for {sp} spatial dims")
+        return ctx.emit("conv_transpose", vids, {"stride": ints[0], "padding": ints[1], "output_padding": op,
+                                                 "dilation": ints[2], "groups": int(groups)})
     return ctx.emit("conv", vids, {"stride": ints[0], "padding": ints[1], "dilation": ints[2],
                                    "groups": int(groups)})

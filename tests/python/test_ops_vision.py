@@ -1,0 +1,185 @@
+"""vision family: transposed convolution, interpolation, group norm and a UNet-style decoder,
+each compiled with fallback disabled and compared with eager."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from conftest import check
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- conv_transpose
+DECONVS = [  # module, kwargs, input shape
+    (nn.ConvTranspose1d, dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, padding=1, output_padding=1),
+     (2, 4, 9)),
+    (nn.ConvTranspose1d, dict(in_channels=4, out_channels=2, kernel_size=4, stride=3, groups=2, bias=False), (1, 4, 5)),
+    (nn.ConvTranspose2d, dict(in_channels=4, out_channels=8, kernel_size=2, stride=2), (1, 4, 5, 7)),
+    (nn.ConvTranspose2d, dict(in_channels=6, out_channels=4, kernel_size=3, stride=2, padding=1, output_padding=1,
+                              groups=2), (2, 6, 5, 6)),
+    # output_padding > padding: the border no input reaches is the bias
+    (nn.ConvTranspose2d, dict(in_channels=3, out_channels=5, kernel_size=3, stride=(2, 3), output_padding=(1, 2),
+                              dilation=(1, 2)), (1, 3, 4, 5)),
+    (nn.ConvTranspose2d, dict(in_channels=3, out_channels=5, kernel_size=(1, 3), dilation=2, bias=False), (1, 3, 1, 4)),
+    (nn.ConvTranspose3d, dict(in_channels=2, out_channels=3, kernel_size=3, stride=2, padding=1, output_padding=1),
+     (1, 2, 3, 4, 3)),
+    (nn.ConvTranspose2d, dict(in_channels=3, out_channels=4, kernel_size=3), (0, 3, 4, 4)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cls,kw,shape", DECONVS)
+def test_conv_transpose_module(dtype, cls, kw, shape):
+    torch.manual_seed(0)
+    m = cls(**kw).to(dtype)
+    check(m, r(*shape, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_transpose_weights_as_inputs(dtype):
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2),
+          r(2, 4, 5, 6, dtype=dtype), r(4, 3, 3, 3, dtype=dtype), r(6, dtype=dtype))
+    check(lambda x, w: F.conv_transpose1d(x, w, stride=2, output_padding=1), r(1, 3, 7, dtype=dtype),
+          r(3, 2, 2, dtype=dtype))
+
+
+def test_conv_transpose_noncontiguous_and_unbatched():
+    check(lambda x, w: F.conv_transpose2d(x.permute(0, 3, 1, 2), w, stride=2), r(1, 5, 6, 3), r(3, 4, 2, 2))
+    check(lambda x, w: F.conv_transpose2d(x, w, padding=1), r(3, 5, 6), r(3, 2, 3, 3))
+
+
+# ----------------------------------------------------------------------------- interpolate
+INTERP = [  # input shape, kwargs
+    ((2, 3, 5, 6), dict(scale_factor=2, mode="nearest")),
+    ((1, 2, 5, 7), dict(size=(9, 4), mode="nearest")),
+    ((1, 2, 5, 7), dict(scale_factor=(1.7, 0.6), mode="nearest")),
+    ((1, 2, 5, 7), dict(size=(11, 3), mode="nearest-exact")),
+    ((2, 3, 11), dict(scale_factor=1.5, mode="nearest")),
+    ((1, 2, 3, 4, 5), dict(scale_factor=2, mode="nearest")),
+    ((2, 3, 5, 6), dict(scale_factor=2, mode="bilinear")),
+    ((1, 2, 5, 7), dict(size=(9, 4), mode="bilinear", align_corners=True)),
+    ((1, 2, 5, 7), dict(size=(1, 13), mode="bilinear", align_corners=True)),
+    ((1, 2, 6, 7), dict(scale_factor=0.7, mode="bilinear", recompute_scale_factor=True)),
+    ((1, 2, 6, 7), dict(scale_factor=1.3, mode="bilinear")),
+    ((2, 3, 11), dict(scale_factor=2, mode="linear")),
+    ((2, 3, 11), dict(size=6, mode="linear", align_corners=True)),
+    ((1, 2, 3, 4, 5), dict(size=(5, 3, 8), mode="trilinear")),
+    ((1, 2, 5, 6), dict(scale_factor=2, mode="bicubic")),
+    ((1, 2, 5, 6), dict(size=(7, 3), mode="bicubic", align_corners=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,kw", INTERP)
+def test_interpolate(shape, kw, dtype):
+    x = r(*shape, dtype=dtype)
+    check(lambda x: F.interpolate(x, **kw), x)
+
+
+def test_interpolate_modules_and_noncontiguous():
+    x = r(1, 6, 5, 3).permute(0, 3, 1, 2)
+    check(nn.Upsample(scale_factor=2, mode="nearest"), x)
+    check(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False), x)
+    check(nn.UpsamplingBilinear2d(scale_factor=2), r(1, 2, 3, 4))
+    check(lambda x: F.interpolate(x, scale_factor=3, mode="nearest"), torch.randint(0, 255, (1, 2, 3, 4)).to(torch.uint8))
+
+
+# ----------------------------------------------------------------------------- group norm
+@pytest.mark.parametrize("dtype", DTYPES + [torch.float64])
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 4, 9), 4), ((3, 8, 2, 3, 2), 1), ((2, 10, 1, 1), 5)])
+def test_group_norm(shape, groups, dtype):
+    torch.manual_seed(0)
+    m = nn.GroupNorm(groups, shape[1]).to(dtype)
+    with torch.no_grad():
+        m.weight.normal_()
+        m.bias.normal_()
+    x = r(*shape, dtype=dtype) * 3 + 1
+    check(m, x)
+    check(lambda x: F.group_norm(x, groups, eps=1e-3), x)
+
+
+def test_group_norm_mixed_params_and_noncontiguous():
+    torch.manual_seed(0)
+    x = r(2, 8, 6, 5)
+    w, b = r(8), r(8)
+    check(lambda x, w, b: F.group_norm(x.transpose(2, 3), 4, w, b), x, w, b)
+    check(lambda x, w: F.group_norm(x, 2, w), x, w)
+
+
+# ----------------------------------------------------------------------------- a UNet-style decoder
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.SiLU())
+        self.enc2 = nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.GroupNorm(4, 16), nn.SiLU())
+        self.mid = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.GroupNorm(4, 16), nn.ReLU())
+        self.up1 = nn.ConvTranspose2d(16, 16, 2, stride=2)
+        self.dec1 = nn.Sequential(nn.Conv2d(32, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.SiLU())
+        self.up2 = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.dec2 = nn.Sequential(nn.Conv2d(16, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.ReLU())
+        self.up3 = nn.Upsample(scale_factor=2, mode="nearest")
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(e1)
+        m = self.mid(e2)
+        d1 = self.dec1(torch.cat([self.up1(m), e2], 1))
+        d2 = self.dec2(torch.cat([self.up2(d1), e1], 1))
+        return self.head(self.up3(d2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unet_decoder(dtype):
+    torch.manual_seed(0)
+    m = Decoder().eval().to(dtype)
+    tol = dict(atol=5e-2, rtol=5e-2) if dtype == torch.bfloat16 else {}
+    check(m, r(2, 3, 16, 12, dtype=dtype), **tol)
+
+
+# ----------------------------------------------------------------------------- pad modes, pixel shuffle
+PADS = [  # input shape, pad
+    ((2, 3, 7), (2, 3)),
+    ((3, 7), (0, 6)),
+    ((2, 3, 5, 6), (1, 2, 3, 4)),
+    ((1, 2, 5, 6), (-1, 2, 0, 1)),
+    ((1, 2, 3, 4, 5), (1, 1, 2, 0, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape,pad", PADS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pad_modes(shape, pad, mode, dtype):
+    x = r(*shape, dtype=dtype)
+    check(lambda x: F.pad(x, pad, mode=mode), x)
+
+
+def test_pad_modes_int_and_noncontiguous():
+    check(lambda x: F.pad(x, (2, 1, 1, 2), mode="replicate"), torch.randint(0, 9, (1, 2, 4, 5)))
+    check(lambda x: F.pad(x.transpose(2, 3), (2, 1, 1, 2), mode="reflect"), r(1, 2, 4, 5))
+    check(nn.ReflectionPad2d(2), r(1, 3, 4, 4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int64])
+@pytest.mark.parametrize("shape,f", [((1, 8, 3, 5), 2), ((2, 3, 9, 2, 1), 3), ((18, 1, 4), 3)])
+def test_pixel_shuffle(shape, f, dtype):
+    x = (torch.randn(*shape) * 10).to(dtype)
+    check(lambda x: F.pixel_shuffle(x, f), x)
+    y = F.pixel_shuffle(x, f)
+    check(lambda y: F.pixel_unshuffle(y, f), y)
+    check(lambda y: F.pixel_unshuffle(y.transpose(-1, -2), f), y.transpose(-1, -2).contiguous())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_instance_norm(dtype):
+    torch.manual_seed(0)
+    x = r(2, 4, 5, 6, dtype=dtype) * 2 + 1
+    check(nn.InstanceNorm2d(4, affine=True).to(dtype), x)
+    check(lambda x: F.instance_norm(x), x)
+    check(nn.InstanceNorm1d(3), r(2, 3, 7, dtype=dtype))
