@@ -237,6 +237,66 @@ class _T5(torch.nn.Module):
         return out.last_hidden_state
 
 
+@_register("bart", "BART encoder-decoder (BartForConditionalGeneration, learned positions, GELU): logits", "nlp")
+def _bart(size, batch, dtype):
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    if size == "small":
+        cfg = _config(BartConfig, vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2,
+                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                      max_position_embeddings=128, use_cache=False)
+        enc, dec = 16, 8
+    else:
+        cfg = _config(BartConfig, use_cache=False)  # bart-large: 12+12 layers of 1024, 16 heads
+        enc, dec = 128, 32
+    model = BartForConditionalGeneration(cfg)
+    _perturb_norms(model)
+    ids = _ids(batch, enc, cfg.vocab_size)
+    dec_ids = _ids(batch, dec, cfg.vocab_size)
+    return _Bart(model), (ids, _padded_mask(batch, enc), dec_ids), {}
+
+
+class _Bart(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          decoder_input_ids=decoder_input_ids, use_cache=False).logits
+
+
+@_register("qwen2", "Qwen2 decoder (Qwen2ForCausalLM: QKV bias, GQA, RoPE; transformers' defaults: use_cache=True, "
+           "masks built in forward): logits", "nlp")
+def _qwen2(size, batch, dtype):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if size == "small":
+        cfg = _config(Qwen2Config, vocab_size=1000, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+        seq = 16
+    else:
+        # Qwen2-0.5B's layer shape (896 wide, 14 heads, 2 KV heads), 6 layers, its 151936-token vocabulary
+        cfg = _config(Qwen2Config, vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=6,
+                      num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=2048,
+                      tie_word_embeddings=True)
+        seq = 128
+    model = Qwen2ForCausalLM(cfg)
+    _perturb_norms(model)
+    return _Logits(model), (_ids(batch, seq, cfg.vocab_size),), {"attention_mask": _padded_mask(batch, seq)}
+
+
+class _Logits(torch.nn.Module):
+    """model(**inputs).logits with the library's defaults (use_cache as the config says)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
 # --------------------------------------------------------------------------- vision
 
 
@@ -350,6 +410,41 @@ def load_minilm(dtype: torch.dtype = torch.float32) -> SentenceEmbedder:
         hf_logging.set_verbosity(level)
         hf_logging.enable_progress_bar()
     return SentenceEmbedder(bert).to(dtype).eval()
+
+
+@_register("swin", "Swin-T (SwinForImageClassification: shifted windowed attention, patch merging): logits", "vision")
+def _swin(size, batch, dtype):
+    from transformers import SwinConfig, SwinForImageClassification
+
+    if size == "small":
+        cfg = _config(SwinConfig, image_size=64, patch_size=4, embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+                      window_size=4, num_labels=10)
+    else:
+        cfg = _config(SwinConfig, num_labels=1000)  # swin-tiny-patch4-window7-224
+    model = SwinForImageClassification(cfg)
+    _perturb_norms(model)
+    return _Select(model, ("logits",)), (_pixels(batch, cfg.image_size, dtype),), {}
+
+
+@_register("upernet", "UperNet semantic segmentation on a ConvNeXt backbone (FPN + pyramid pooling, bilinear "
+           "upsampling): logits", "vision")
+def _upernet(size, batch, dtype):
+    from transformers import ConvNextConfig, UperNetConfig, UperNetForSemanticSegmentation
+
+    if size == "small":
+        backbone = ConvNextConfig(num_channels=3, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1],
+                                  out_features=["stage1", "stage2", "stage3", "stage4"])
+        cfg = UperNetConfig(backbone_config=backbone, hidden_size=32, auxiliary_channels=16, num_labels=5,
+                            use_auxiliary_head=False)
+        res = 64
+    else:
+        backbone = ConvNextConfig(hidden_sizes=[96, 192, 384, 768], depths=[3, 3, 9, 3],  # ConvNeXt-T
+                                  out_features=["stage1", "stage2", "stage3", "stage4"])
+        cfg = UperNetConfig(backbone_config=backbone, hidden_size=256, num_labels=150, use_auxiliary_head=False)
+        res = 256
+    model = UperNetForSemanticSegmentation(cfg)
+    _perturb_norms(model)
+    return _Select(model, ("logits",)), (_pixels(batch, res, dtype),), {}
 
 
 @_register("minilm", "all-MiniLM-L6-v2 sentence embedder, real weights (BERT 6x384 + mean pool + normalize)", "nlp")

@@ -87,7 +87,8 @@ def test_zoo_model_bfloat16(name):
 
 
 def test_zoo_registry():
-    assert set(zoo.names()) >= {"bert", "gpt2", "llama", "t5", "vit", "resnet50", "mobilenetv2", "minilm"}
+    assert set(zoo.names()) >= {"bert", "gpt2", "llama", "t5", "bart", "qwen2", "vit", "swin", "resnet50",
+                                "mobilenetv2", "upernet", "minilm"}
     with pytest.raises(KeyError):
         zoo.build("no-such-model")
     with pytest.raises(ValueError):
@@ -126,3 +127,11 @@ def test_minilm_matches_sentence_transformers():
     assert torch.allclose(sim.diagonal(), torch.ones(3), atol=1e-5)  # normalized
     # the question about France is closer to the Paris sentence than to the fox
     assert sim[1, 2] > sim[0, 1] + 0.2 and sim[1, 2] > sim[0, 2] + 0.2
+
+
+def test_zoo_qwen2_runs_with_transformers_defaults():
+    """The Qwen2 entry keeps the library's defaults (use_cache on, masks built inside forward)."""
+    model, _, kwargs = zoo.build("qwen2", "small")
+    cfg = model.model.config
+    assert cfg.use_cache and cfg._attn_implementation == "sdpa"
+    assert "attention_mask" in kwargs
