@@ -17,7 +17,7 @@ samples each, in worker processes that a crash cannot take down):
 
 prints the pass / fallback / wrong / crash counts, the native-op ratio and what still falls
 back (the ATen ops most often responsible first); --write-native records the native list in
-tests/python/opinfo_native.txt, which test_opinfo.py checks in the test command.
+tests/python/opinfo_native_<dtype>.txt, which test_opinfo.py checks in the test command.
 """
 from __future__ import annotations
 
@@ -31,7 +31,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NATIVE_FILE = os.path.join(HERE, "opinfo_native.txt")
+
+
+def native_file(dtype_name: str = "float32") -> str:
+    """The list of op_db ops that run natively in this dtype (what test_opinfo.py checks)."""
+    return os.path.join(HERE, f"opinfo_native_{dtype_name}.txt")
 
 # Ops whose result is uninitialized memory or random: only shapes and dtypes are compared.
 UNCHECKED_VALUES = {
@@ -302,9 +306,9 @@ def main():
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)))
     ap.add_argument("--ops", nargs="*", help="only these op ids (name or name.variant)")
-    ap.add_argument("--only-native", action="store_true", help=f"only the ops listed in {NATIVE_FILE}")
+    ap.add_argument("--only-native", action="store_true", help="only the ops in opinfo_native_float32.txt")
     ap.add_argument("--json", help="write every result to this file")
-    ap.add_argument("--write-native", action="store_true", help=f"write the native ops to {NATIVE_FILE}")
+    ap.add_argument("--write-native", action="store_true", help="write the native ops to opinfo_native_<dtype>.txt")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -316,7 +320,7 @@ def main():
     if a.ops:
         ids = [o for o in all_ids if o in a.ops or o.split(".")[0] in a.ops]
     if a.only_native:
-        native = set(read_native())
+        native = set(read_native("float32"))
         ids = [o for o in ids if o in native]
     t0 = time.time()
     results = sweep(ids, a.dtype, a.samples, a.jobs)
@@ -327,7 +331,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
     if a.write_native:
-        with open(NATIVE_FILE, "w") as f:
+        with open(native_file(a.dtype), "w") as f:
             f.write(f"# op_db ops whose CPU {a.dtype} samples all run natively and match eager "
                     f"(written by opinfo_sweep.py --write-native)\n")
             f.writelines(r["op"] + "\n" for r in results if r["status"] == "pass")
@@ -335,10 +339,11 @@ def main():
     return 1 if bad else 0
 
 
-def read_native() -> list[str]:
-    if not os.path.exists(NATIVE_FILE):
+def read_native(dtype_name: str = "float32") -> list[str]:
+    path = native_file(dtype_name)
+    if not os.path.exists(path):
         return []
-    with open(NATIVE_FILE) as f:
+    with open(path) as f:
         return [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
 
 
