@@ -21,6 +21,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_math.h"
+#include "kernels/separable_gather.h"
 
 namespace ag {
 namespace fe {
@@ -87,7 +88,46 @@ struct Program {
   std::vector<double> params;
   std::vector<DType> slot_dtype;  // inputs then instruction results
   Shape shape;
+  // gathered inputs (attr "gathers", see fuse_gathers.cpp): input slot -> gather; index tensors are aux inputs
+  std::vector<int> gather_of;  // per input: index into gathers, or -1
+  std::vector<char> aux;       // per input: an index tensor of a gather (read by no instruction)
+  std::vector<SeparableGather> gathers;
+  std::vector<std::vector<int>> gather_idx;  // input positions of each gather's index tensors
 };
+
+// attr "gathers": records [slot, first, k, dim_0 .. dim_{k-1}]: input `slot` is x and is read as
+// x[..., idx...] on dims dim_*, with the k index tensors at inputs first .. first + k - 1.
+void read_gathers(const std::vector<TensorType>& in, const Attrs& a, Program& p) {
+  const int nin = static_cast<int>(in.size());
+  p.gather_of.assign(nin, -1);
+  p.aux.assign(nin, 0);
+  if (!a.has("gathers")) return;
+  const Shape& r = a.ints("gathers");
+  for (size_t q = 0; q < r.size();) {
+    AG_CHECK(q + 3 <= r.size(), "fused_elementwise: malformed gathers");
+    const int64_t slot = r[q], first = r[q + 1], k = r[q + 2];
+    AG_CHECK(slot >= 0 && slot < nin && k >= 1 && first >= 0 && first + k <= nin && q + 3 + k <= r.size() &&
+                 p.gather_of[slot] < 0 && !p.aux[slot],
+             "fused_elementwise: malformed gathers");
+    Shape dims(r.begin() + q + 3, r.begin() + q + 3 + k);
+    std::vector<TensorType> idx;
+    std::vector<int> pos;
+    for (int64_t j = 0; j < k; ++j) {
+      AG_CHECK(!p.aux[first + j] && p.gather_of[first + j] < 0 && first + j != slot,
+               "fused_elementwise: malformed gathers");
+      p.aux[first + j] = 1;
+      idx.push_back(in[first + j]);
+      pos.push_back(static_cast<int>(first + j));
+    }
+    SeparableGather sg;
+    AG_CHECK(SeparableGather::plan(in[slot], idx, dims, &sg), "fused_elementwise: input ", in[slot].str(),
+             " cannot be gathered on dims ", shape_str(dims));
+    p.gather_of[slot] = static_cast<int>(p.gathers.size());
+    p.gathers.push_back(std::move(sg));
+    p.gather_idx.push_back(pos);
+    q += 3 + k;
+  }
+}
 
 Program read_program(const std::vector<TensorType>& in, const Attrs& a) {
   Program p;
@@ -101,12 +141,18 @@ Program read_program(const std::vector<TensorType>& in, const Attrs& a) {
            "fused_elementwise: malformed program (", k, " ops, ", p.args.size(), " args, ", p.params.size(),
            " params)");
   AG_CHECK(!p.outs.empty(), "fused_elementwise: no outputs");
-  p.shape = in[0].shape();
-  for (auto& t : in) {
-    AG_CHECK(value_dtype_ok(t.dtype), "fused_elementwise: unsupported input ", t.str());
-    p.shape = broadcast_shapes(p.shape, t.shape());
+  read_gathers(in, a, p);
+  bool first = true;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const TensorType& t = in[i];
     p.slot_dtype.push_back(t.dtype);
+    if (p.aux[i]) continue;
+    AG_CHECK(value_dtype_ok(t.dtype), "fused_elementwise: unsupported input ", t.str());
+    const Shape s = p.gather_of[i] >= 0 ? p.gathers[p.gather_of[i]].out_shape : t.shape();
+    p.shape = first ? s : broadcast_shapes(p.shape, s);
+    first = false;
   }
+  AG_CHECK(!first, "fused_elementwise: no value inputs");
   for (size_t i = 0; i < k; ++i) {
     const int64_t code = p.ops[i];
     const int n = arity(code);
@@ -120,6 +166,8 @@ Program read_program(const std::vector<TensorType>& in, const Attrs& a) {
       }
       AG_CHECK(s >= 0 && s < static_cast<int64_t>(p.slot_dtype.size()), "fused_elementwise: instruction ", i,
                " reads slot ", s, " which is not defined before it");
+      AG_CHECK(s >= static_cast<int64_t>(in.size()) || !p.aux[s], "fused_elementwise: instruction ", i,
+               " reads index input ", s);
       t[j] = p.slot_dtype[s];
     }
     p.slot_dtype.push_back(result_dtype(code, t, &p.params[kParams * i]));
@@ -240,11 +288,20 @@ class FusedKernel final : public Kernel {
       In x;
       x.dt = in[i].dtype;
       int64_t ne = in[i].numel();
-      if (ne == numel_) x.kind = kFull;
+      if (p.aux[i]) x.kind = kAux;
+      else if (p.gather_of[i] >= 0) x.kind = kGather, x.gather = p.gather_of[i];
+      else if (ne == numel_) x.kind = kFull;
       else if (ne == 1) x.kind = kScalar;
       else x.kind = kBcast;
       if (x.kind == kBcast) x.plan = ew::make_plan<1>(p.shape, {in[i].shape()});
       ins_.push_back(x);
+    }
+    gathers_ = p.gathers;
+    gather_idx_ = p.gather_idx;
+    for (auto& sg : gathers_) {
+      AG_CHECK(TensorType(DType::f32, sg.out_shape).numel() == numel_, "fused_elementwise: gathered input of shape ",
+               shape_str(sg.out_shape), " does not have the output shape ", shape_str(p.shape));
+      gather_tab_.push_back(scratch_.add(sg.table_bytes()));
     }
     // liveness: last instruction reading each slot (outputs live to the end)
     std::vector<int> last(nslots, -1);
@@ -270,7 +327,7 @@ class FusedKernel final : public Kernel {
           if (p.args[kArgs * i + j] < nin_) splat[p.args[kArgs * i + j]] = 1;
     for (int i = 0; i < nin_; ++i) {
       if (ins_[i].kind == kFull && ins_[i].dt == DType::f32) continue;  // read in place
-      if (last[i] < 0) continue;
+      if (last[i] < 0 || ins_[i].kind == kAux) continue;
       if (ins_[i].kind == kScalar && !splat[i]) continue;
       slot_buf_[i] = take();  // scalar buffers are never released (filled once per run of tiles)
     }
@@ -324,6 +381,11 @@ class FusedKernel final : public Kernel {
 
   void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
     if (numel_ == 0) return;
+    for (size_t q = 0; q < gathers_.size(); ++q) {  // serially, before any thread reads the tables
+      const void* idx[16];
+      for (size_t j = 0; j < gather_idx_[q].size(); ++j) idx[j] = in[gather_idx_[q][j]];
+      gathers_[q].prepare(idx, ScratchLayout::at<int64_t>(ctx, gather_tab_[q]), "fused_elementwise (gathered index)");
+    }
     const int64_t ntiles = (numel_ + kTile - 1) / kTile;
     // a chunk must be worth a task: about as much work as the single-op kernels' cheap grain
     const int64_t work = numel_ * std::max<int64_t>(weight_, 1);
@@ -340,11 +402,12 @@ class FusedKernel final : public Kernel {
   }
 
  private:
-  enum Kind { kFull, kScalar, kBcast };
+  enum Kind { kFull, kScalar, kBcast, kGather, kAux };
   struct In {
     Kind kind = kFull;
     DType dt = DType::f32;
     ew::Plan<1> plan;
+    int gather = -1;
   };
   struct Op {
     int64_t code = 0;
@@ -380,18 +443,21 @@ class FusedKernel final : public Kernel {
   }
 
   template <typename T>
-  void load_input(int i, const void* src, int64_t b, int64_t n, float* dst) const {
+  void load_input(int i, const void* src, int64_t b, int64_t n, float* dst, const RunCtx& ctx) const {
     const In& x = ins_[i];
     const T* s = static_cast<const T*>(src);
-    if (x.kind == kFull) widen(s + b, dst, n);
+    if (x.kind == kGather)
+      gathers_[x.gather].load(s, ScratchLayout::at<const int64_t>(ctx, gather_tab_[x.gather]), b, n, dst,
+                              [](const T& v) { return ld(v); });
+    else if (x.kind == kFull) widen(s + b, dst, n);
     else gather(x.plan, s, b, n, dst);
   }
-  void load(int i, const void* src, int64_t b, int64_t n, float* dst) const {
+  void load(int i, const void* src, int64_t b, int64_t n, float* dst, const RunCtx& ctx) const {
     switch (ins_[i].dt) {
-      case DType::f32: load_input<float>(i, src, b, n, dst); break;
-      case DType::bf16: load_input<bf16s>(i, src, b, n, dst); break;
-      case DType::f16: load_input<f16s>(i, src, b, n, dst); break;
-      default: load_input<uint8_t>(i, src, b, n, dst); break;
+      case DType::f32: load_input<float>(i, src, b, n, dst, ctx); break;
+      case DType::bf16: load_input<bf16s>(i, src, b, n, dst, ctx); break;
+      case DType::f16: load_input<f16s>(i, src, b, n, dst, ctx); break;
+      default: load_input<uint8_t>(i, src, b, n, dst, ctx); break;
     }
   }
   float scalar(int i, const void* src) const {
@@ -418,12 +484,12 @@ class FusedKernel final : public Kernel {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t * kTile, n = std::min(kTile, numel_ - b);
       for (int i = 0; i < nin_; ++i) {
-        if (ins_[i].kind == kScalar) continue;
+        if (ins_[i].kind == kScalar || ins_[i].kind == kAux) continue;
         if (slot_buf_[i] < 0) {
           if (ins_[i].kind == kFull) sp[i] = static_cast<const float*>(in[i]) + b;  // f32, read in place
           continue;
         }
-        load(i, in[i], b, n, base + slot_buf_[i] * kTile);
+        load(i, in[i], b, n, base + slot_buf_[i] * kTile, ctx);
       }
       for (const Op& op : ops_) exec(op, sp, sv, base + op.dst * kTile, n);
       for (size_t j = 0; j < out_slot_.size(); ++j) store(out_dt_[j], sp[out_slot_[j]], out[j], b, n);
@@ -597,6 +663,9 @@ class FusedKernel final : public Kernel {
   int64_t weight_ = 0;
   std::vector<In> ins_;
   std::vector<Op> ops_;
+  std::vector<SeparableGather> gathers_;
+  std::vector<std::vector<int>> gather_idx_;
+  std::vector<size_t> gather_tab_;
   std::vector<int> slot_buf_;
   std::vector<int> out_slot_;
   std::vector<DType> out_dt_;

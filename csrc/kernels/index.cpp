@@ -249,9 +249,12 @@ class IndexKernel final : public Kernel {
       rest_plan_.init(rest_sizes, rest_strides, contiguous_strides(rest_sizes), 0, 0, es_);
     out_numel_ = n.out()->type.numel();
     x_bytes_ = all[0].nbytes();
+    plan_separable(p);
   }
 
-  void run(void* const* in_all, void* const* out, const RunCtx&) const override {
+  size_t scratch_bytes() const override { return scratch_.bytes; }
+
+  void run(void* const* in_all, void* const* out, const RunCtx& ctx) const override {
     // in[0] is x, in[1 + j] index tensor j
     const void* in[17];
     in[0] = in_all[0];
@@ -279,6 +282,12 @@ class IndexKernel final : public Kernel {
     if (out_numel_ == 0) return;
     const char* src = static_cast<const char*>(in[0]);
     char* dst = static_cast<char*>(out[0]);
+    if (sep_) {
+      AG_DISPATCH_BYTES(es_, "index", [&] {
+        gather_separable<scalar_t>(in, static_cast<const scalar_t*>(in[0]), static_cast<scalar_t*>(out[0]), ctx);
+      });
+      return;
+    }
     if (rest_ == 1 && bshape_.size() <= 16) {  // element gathers (interpolation): walk the rows with counters, no div/mod per row
       AG_DISPATCH_BYTES(es_, "index", [&] {
         gather_elements<scalar_t>(in, static_cast<const scalar_t*>(in[0]), static_cast<scalar_t*>(out[0]), rows);
@@ -327,6 +336,88 @@ class IndexKernel final : public Kernel {
     });
   }
 
+  // Separable gathers: every index tensor varies along at most one dim of the broadcast index
+  // shape (x[:, :, ih[:, None], iw], as interpolation and padding make), the indexed dims are
+  // adjacent, and the rest dims are x's trailing (contiguous) ones. Then the source offset of
+  // out[p, b0, .., bn, r] is p * pre_stride + base + sum_d tab_d[b_d] + r: per-dim tables, filled
+  // once per run, and rows along the last index dim gathered with a contiguous loop.
+  void plan_separable(const IndexPlan& p) {
+    sep_ = !put_ && p.adjacent && !bshape_.empty() && bshape_.size() <= 16 && rest_ > 0;
+    if (!sep_) return;
+    const int nbd = static_cast<int>(bshape_.size());
+    for (int j = 0; j < k_; ++j) {
+      int vd = -1;
+      for (int d = 0; d < nbd; ++d)
+        if (idx_bstr_[j][d] != 0 && bshape_[d] > 1) {
+          if (vd >= 0) sep_ = false;
+          vd = d;
+        }
+      vary_dim_.push_back(vd);
+    }
+    if (!sep_) return;
+    int64_t total = 0;
+    for (int d = 0; d < nbd; ++d) {
+      tab_start_.push_back(total);
+      total += bshape_[d];
+    }
+    tabs_ = scratch_.add(static_cast<size_t>(total) * sizeof(int64_t));
+  }
+
+  template <typename T>
+  void gather_separable(const void* const* in, const T* x, T* y, const RunCtx& ctx) const {
+    const int nbd = static_cast<int>(bshape_.size());
+    int64_t* tab = ScratchLayout::at<int64_t>(ctx, tabs_);
+    const int64_t total = tab_start_.back() + bshape_.back();
+    for (int64_t i = 0; i < total; ++i) tab[i] = 0;
+    int64_t base = 0;
+    for (int j = 0; j < k_; ++j) {
+      auto val = [&](int64_t q) {
+        int64_t v = load_index(in[j + 1], idx_i32_[j], q);
+        return (v < 0 ? v + dim_size_[j] : v) * dim_stride_[j];
+      };
+      const int d = vary_dim_[j];
+      if (d < 0) {
+        base += val(0);
+        continue;
+      }
+      int64_t* t = tab + tab_start_[d];
+      for (int64_t i = 0; i < bshape_[d]; ++i) t[i] += val(i * idx_bstr_[j][d]);
+    }
+    const int64_t L = bshape_.back(), R = rest_, row = L * R;  // elements per output row
+    const int64_t rows = out_numel_ / row;
+    const int64_t* tl = tab + tab_start_[nbd - 1];
+    parallel_for(rows, std::max<int64_t>(1, 16384 / row), [&](int64_t b, int64_t e) {
+      int64_t ctr[16] = {0};
+      int64_t rr = b;
+      for (int d = nbd - 2; d >= 0; --d) {
+        ctr[d] = rr % bshape_[d];
+        rr /= bshape_[d];
+      }
+      int64_t pidx = rr, prev = -1;
+      for (int64_t r = b; r < e; ++r) {
+        int64_t off = base + pidx * pre_stride_;
+        for (int d = 0; d < nbd - 1; ++d) off += tab[tab_start_[d] + ctr[d]];
+        T* o = y + r * row;
+        if (off == prev) {  // same source row as the previous output row (upsampling repeats rows)
+          std::memcpy(o, o - row, static_cast<size_t>(row) * sizeof(T));
+        } else if (R == 1) {
+          const T* s = x + off;
+          for (int64_t i = 0; i < L; ++i) o[i] = s[tl[i]];
+        } else {
+          for (int64_t i = 0; i < L; ++i)
+            std::memcpy(o + i * R, x + off + tl[i], static_cast<size_t>(R) * sizeof(T));
+        }
+        prev = off;
+        int d = nbd - 2;
+        for (; d >= 0; --d) {
+          if (++ctr[d] < bshape_[d]) break;
+          ctr[d] = 0;
+        }
+        if (d < 0) ++pidx;
+      }
+    });
+  }
+
   // element offset in x of row (p, b): p over the dims before the indexed ones, b over the index shape
   int64_t offset_of(const void* const* in, int64_t row) const {
     const int nbd = static_cast<int>(bshape_.size());
@@ -354,6 +445,11 @@ class IndexKernel final : public Kernel {
   std::vector<bool> idx_i32_;
   int64_t nb_ = 1, pre_ = 1, pre_stride_ = 0, rest_ = 1, es_ = 1, out_numel_ = 0;
   StridedCopy rest_plan_;
+  bool sep_ = false;
+  std::vector<int> vary_dim_;
+  Shape tab_start_;
+  size_t tabs_ = ScratchLayout::kNone;
+  ScratchLayout scratch_;
 };
 
 std::unique_ptr<Kernel> make_index(const Node& n) { return std::make_unique<IndexKernel>(n, false); }

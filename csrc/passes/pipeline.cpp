@@ -9,6 +9,8 @@
 //   fuse_epilogues    after fuse_norms: an activation or residual
 //                     add is absorbed into the GEMM/conv that feeds it
 //   fuse_elementwise  after fuse_epilogues, so that it fuses only what is left
+//   fuse_gathers      after fuse_elementwise: gathers feeding a fused node are
+//                     read inside it (interpolation's _unsafe_index gathers)
 //   materialize_outputs  last: outputs must be fresh buffers whatever came before
 // verify() runs after every pass, so a broken pass is caught where it broke.
 #include <chrono>
@@ -18,7 +20,7 @@
 namespace ag {
 
 std::vector<std::string> pass_names() {
-  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_norms", "fuse_epilogues", "fuse_elementwise", "materialize_outputs"};
+  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_norms", "fuse_epilogues", "fuse_elementwise", "fuse_gathers", "materialize_outputs"};
 }
 
 std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
@@ -43,6 +45,7 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const A
   run("fuse_norms", [&] { return fuse_norms(g); });
   run("fuse_epilogues", [&] { return fuse_epilogues(g); });
   run("fuse_elementwise", [&] { return fuse_elementwise(g); });
+  run("fuse_gathers", [&] { return fuse_gathers(g); });
   // Not optional: the executor relies on it.
   auto t0 = std::chrono::steady_clock::now();
   int c = materialize_outputs(g);
