@@ -37,6 +37,10 @@
   X(erfcx, kF, true, math::erfcx_(x))                            \
   X(log_ndtr, kF, true, math::log_ndtr_(x))                      \
   X(ndtri, kF, true, math::ndtri_(x))                            \
+  X(i0, kF, true, math::i0_(x))                                  \
+  X(i0e, kF, true, math::i0e_(x))                                \
+  X(i1, kF, true, math::i1_(x))                                  \
+  X(i1e, kF, true, math::i1e_(x))                                \
   X(log_sigmoid, kF, true, math::log_sigmoid_(x))
 
 // Unary, bool result.  X(name, kinds, expr of x)
@@ -54,7 +58,8 @@
     C(x != x ? p0 : (x == math::inf<C>() ? p1 : (x == -math::inf<C>() ? p2 : x))))                  \
   X(elu, kF, true, "alpha", "scale", "input_scale",                                                 \
     C(x <= C(0) ? C(std::expm1(x * p2) * C(p0 * p1)) : C(x * p1)))                                  \
-  X(threshold, kFI, false, "threshold", "value", "", C(x <= p0 ? p1 : x))
+  X(threshold, kFI, false, "threshold", "value", "", C(x <= p0 ? p1 : x))                           \
+  X(polygamma, kF, true, "n", "", "", math::polygamma_(x, p0))
 
 // Binary, result of the (common) input dtype.  X(name, kinds, is_math, check_zero, expr of a, b)
 // check_zero: integer divisors are checked for zero (PyTorch raises).
@@ -70,6 +75,7 @@
   X(nextafter, kF | kNoHalf, false, false, std::nextafter(a, b))             \
   X(xlogy, kF, true, false, math::xlogy_(a, b))                              \
   X(xlog1py, kF, true, false, math::xlog1py_(a, b))                          \
+  X(zeta, kF, true, false, math::zeta_(a, b))                                \
   X(prelu, kF, false, false, C(a > C(0) ? a : C(b * a)))                     \
   X(bitwise_left_shift, kI, false, false, math::shl_(a, b))                  \
   X(bitwise_right_shift, kI, false, false, math::shr_(a, b))                 \

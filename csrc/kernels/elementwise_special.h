@@ -264,10 +264,121 @@ inline double ndtri_d(double p) {
   return ndtri_lower(p);
 }
 
+// Modified Bessel functions of the first kind, orders 0 and 1, optionally
+// scaled by exp(-|x|): the power series (positive terms, no cancellation) up to
+// |x| = 50, the asymptotic series e^x / sqrt(2 pi x) sum_k a_k(nu) / x^k above
+// (its terms fall below 1e-17 long before they start to grow there).
+inline double bessel_i_d(int nu, double x, bool scaled) {
+  if (x != x) return x;
+  const double ax = std::fabs(x);
+  double r;
+  if (ax <= 50.0) {
+    const double q = 0.25 * ax * ax;
+    double term = nu == 0 ? 1.0 : 0.5 * ax, sum = term;
+    for (int k = 1; k < 200; ++k) {
+      term *= q / (static_cast<double>(k) * (k + nu));
+      sum += term;
+      if (term <= 1e-17 * sum) break;
+    }
+    r = scaled ? sum * std::exp(-ax) : sum;
+  } else {
+    const double mu = 4.0 * nu * nu;
+    double term = 1.0, sum = 1.0;
+    for (int k = 1; k < 60; ++k) {
+      const double odd = 2.0 * k - 1.0;
+      term *= -(mu - odd * odd) / (k * 8.0 * ax);
+      sum += term;
+      if (std::fabs(term) <= 1e-17 * std::fabs(sum)) break;
+    }
+    const double pre = 0.39894228040143267794 / std::sqrt(ax);  // 1/sqrt(2 pi x)
+    if (scaled) {
+      r = pre * sum;
+    } else {  // e^x split in two so that it overflows only when the result does
+      const double h = std::exp(0.5 * ax);
+      r = (pre * sum * h) * h;
+    }
+  }
+  return (nu == 1 && x < 0.0) ? -r : r;
+}
+
+// Hurwitz zeta(x, q) = sum_k (q + k)^-x: the first terms directly, the rest by
+// Euler-Maclaurin with the Bernoulli numbers (kA[j] = (2j+2)! / B_(2j+2)); PyTorch's
+// results at the edges: x == 1 -> inf, x < 1 -> NaN, q a non-positive integer -> inf,
+// q < 0 with a non-integer x -> NaN.
+inline double zeta_d(double x, double q) {
+  static constexpr double kA[] = {12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1892437580.3183792,
+                                  74724249600.0, -2950130727918.164, 116467828143500.67, -4597978722407473.0,
+                                  1.8152105401943546e+17, -7.166165256175667e+18};
+  constexpr double kEps = 1.11022302462515654042e-16;
+  if (x == 1.0) return inf<double>();
+  if (x < 1.0) return nan<double>();
+  if (q <= 0.0) {
+    if (q == std::floor(q)) return inf<double>();
+    if (x != std::floor(x)) return nan<double>();
+  }
+  double s = std::pow(q, -x), a = q, b = 0.0;
+  int i = 0;
+  while (i < 9 || a <= 9.0) {
+    i += 1;
+    a += 1.0;
+    b = std::pow(a, -x);
+    s += b;
+    if (-kEps * s < b && b < kEps * s) return s;
+  }
+  const double w = a;
+  s += b * w / (x - 1.0);
+  s -= 0.5 * b;
+  double f = 1.0, k = 0.0;
+  for (int j = 0; j < 12; ++j) {
+    f *= x + k;
+    b /= w;
+    const double t = f * b / kA[j];
+    s += t;
+    if (std::fabs(t / s) < kEps) return s;
+    k += 1.0;
+    f *= x + k;
+    b /= w;
+    k += 1.0;
+  }
+  return s;
+}
+// polygamma(n, x): digamma, PyTorch's trigamma formula (in C, like PyTorch), or
+// (-1)^(n+1) n! zeta(n + 1, x)
+template <typename C> inline C trigamma_(C x) {
+  const C kPi = C(3.14159265358979323846);
+  C sign = C(1), result = C(0);
+  if (x < C(0.5)) {
+    sign = C(-1);
+    const C s = std::sin(kPi * x);
+    result -= (kPi * kPi) / (s * s);
+    x = C(1) - x;
+  }
+  for (int i = 0; i < 6; ++i) {
+    result += C(1) / (x * x);
+    x += C(1);
+  }
+  const C ixx = C(1) / (x * x);
+  result += (C(1) + C(1) / (C(2) * x) + ixx * (C(1) / C(6) - ixx * (C(1) / C(30) - ixx * (C(1) / C(42))))) / x;
+  return sign * result;
+}
+inline double digamma_d(double x);
+template <typename C> inline C polygamma_(C x, C n) {
+  if (n == C(0)) return static_cast<C>(digamma_d(x));
+  if (n == C(1)) return trigamma_(x);
+  const double nd = static_cast<double>(n);
+  const double sign = (static_cast<int64_t>(nd) % 2) ? 1.0 : -1.0;
+  return static_cast<C>(sign * std::exp(std::lgamma(nd + 1.0)) * zeta_d(nd + 1.0, x));
+}
+template <typename C> inline C zeta_(C x, C q) { return static_cast<C>(zeta_d(x, q)); }
+
 template <typename C> inline C erfinv_(C x) { return static_cast<C>(erfinv_d(x)); }
 template <typename C> inline C digamma_(C x) { return static_cast<C>(digamma_d(x)); }
 template <typename C> inline C erfcx_(C x) { return static_cast<C>(erfcx_d(x)); }
 template <typename C> inline C log_ndtr_(C x) { return static_cast<C>(log_ndtr_d(x)); }
 template <typename C> inline C ndtri_(C x) { return static_cast<C>(ndtri_d(x)); }
+template <typename C> inline C i0_(C x) { return static_cast<C>(bessel_i_d(0, x, false)); }
+template <typename C> inline C i0e_(C x) { return static_cast<C>(bessel_i_d(0, x, true)); }
+template <typename C> inline C i1_(C x) { return static_cast<C>(bessel_i_d(1, x, false)); }
+template <typename C> inline C i1e_(C x) { return static_cast<C>(bessel_i_d(1, x, true)); }
 
 }  // namespace ag::math

@@ -33,6 +33,10 @@ for _op, _targets in {
     "erfcx": [aten.special_erfcx.default],
     "log_ndtr": [aten.special_log_ndtr.default],
     "ndtri": [aten.special_ndtri.default],
+    "i0": [aten.i0.default, aten.special_i0.default, aten.special_modified_bessel_i0.default],
+    "i0e": [aten.special_i0e.default],
+    "i1": [aten.special_i1.default, aten.special_modified_bessel_i1.default],
+    "i1e": [aten.special_i1e.default],
 }.items():
     def _float_unary(ctx, node, x, _op=_op):
         if _out_dtype(ctx) not in _FLOATS:
@@ -101,6 +105,14 @@ def _nan_to_num(ctx, node, x, nan=None, posinf=None, neginf=None):
     attrs = {"nan": 0.0 if nan is None else float(nan), "posinf": fi.max if posinf is None else float(posinf),
              "neginf": fi.min if neginf is None else float(neginf)}
     return ctx.emit("nan_to_num", [ctx.value(x)], attrs)
+
+
+@lowering(aten.polygamma.default, aten.special_polygamma.default)
+def _polygamma(ctx, node, n, x):
+    if not isinstance(n, int) or n < 0 or n > 1000:
+        raise Unsupported(f"polygamma order {n!r}")
+    v, _ = _float_input(ctx, x, "polygamma")
+    return ctx.emit("polygamma", [v], {"n": n})
 
 
 @lowering(aten.celu.default)
@@ -173,6 +185,8 @@ lowering(aten.logaddexp2.default)(_float_binary("logaddexp2"))
 lowering(aten.nextafter.default)(_float_binary("nextafter", {"float32", "float64"}))
 lowering(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other, aten.special_xlogy.default,
          aten.special_xlogy.self_scalar, aten.special_xlogy.other_scalar)(_float_binary("xlogy"))
+lowering(aten.special_zeta.default, aten.special_zeta.self_scalar,
+         aten.special_zeta.other_scalar)(_float_binary("zeta"))
 lowering(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar,
          aten.special_xlog1py.other_scalar)(_float_binary("xlog1py"))
 
