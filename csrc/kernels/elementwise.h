@@ -35,14 +35,17 @@ template <typename T, typename V> inline void put(T& dst, V v) {
 }
 
 // Which dtype kinds an op accepts.
-enum Kinds : int { kF = 1, kI = 2, kB = 4, kFI = kF | kI, kAll = kF | kI | kB, kIB = kI | kB };
+// kNoHalf: floating means float32/float64 only.
+enum Kinds : int { kF = 1, kI = 2, kB = 4, kNoHalf = 8, kFI = kF | kI, kAll = kF | kI | kB, kIB = kI | kB };
 template <int K, typename T>
 constexpr bool allowed() {
-  if constexpr (is_float_v<T>) return (K & kF) != 0;
+  if constexpr (is_half_v<T>) return (K & kF) != 0 && (K & kNoHalf) == 0;
+  else if constexpr (is_float_v<T>) return (K & kF) != 0;
   else if constexpr (is_bool_v<T>) return (K & kB) != 0;
   else return (K & kI) != 0;
 }
 inline bool allowed_rt(int k, DType t) {
+  if (t == DType::bf16 || t == DType::f16) return (k & kF) != 0 && (k & kNoHalf) == 0;
   if (is_floating(t)) return (k & kF) != 0;
   if (t == DType::b8) return (k & kB) != 0;
   return (k & kI) != 0;
@@ -50,6 +53,8 @@ inline bool allowed_rt(int k, DType t) {
 inline const char* kinds_str(int k) {
   switch (k) {
     case kF: return "floating dtypes";
+    case kF | kNoHalf: return "float32 or float64";
+    case kI: return "integer dtypes";
     case kFI: return "floating or integer dtypes";
     case kIB: return "integer or bool dtypes";
     default: return "any dtype";

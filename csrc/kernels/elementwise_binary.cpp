@@ -7,6 +7,8 @@
 // PyTorch's Python scalars). Integer division/remainder by zero throws.
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_math.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/elementwise_special.h"
 
 namespace ag {
 namespace {
@@ -107,6 +109,21 @@ struct SubAlpha {
   C operator()(C a, C b) const { return C(a - alpha * b); }
 };
 
+// the listed ops (elementwise_ops.h)
+#define AG_X_BINARY(name, kinds, is_math, check_zero, expr) \
+  template <typename C>                                      \
+  struct X_##name {                                          \
+    static constexpr bool kMath = is_math;                   \
+    static constexpr bool kCheckZero = check_zero;           \
+    explicit X_##name(const Attrs&) {}                       \
+    C operator()(C a, C b) const {                           \
+      using namespace math;                                  \
+      return expr;                                           \
+    }                                                        \
+  };
+AG_EW_BINARY_OPS(AG_X_BINARY)
+#undef AG_X_BINARY
+
 // ---- inference ----------------------------------------------------------------------
 template <int K>
 std::vector<TensorType> infer_alpha(const std::vector<TensorType>& in, const Attrs& a) {
@@ -162,5 +179,8 @@ AG_BINARY(pow, (infer_binary<kFI, false, false>), (make_binary<Pow, kFI, false, 
 AG_BINARY(maximum, (infer_binary<kAll, false, false>), (make_binary<Maximum, kAll, false, false>))
 AG_BINARY(minimum, (infer_binary<kAll, false, false>), (make_binary<Minimum, kAll, false, false>))
 AG_BINARY(atan2, (infer_binary<kF, false, false>), (make_binary<Atan2, kF, false, false>))
+#define AG_X_REG(name, kinds, ...) AG_BINARY(name, (infer_binary<kinds, false, false>), (make_binary<X_##name, kinds, false, false>))
+AG_EW_BINARY_OPS(AG_X_REG)
+#undef AG_X_REG
 
 }  // namespace ag

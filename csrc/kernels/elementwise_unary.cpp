@@ -8,6 +8,8 @@
 // Integer inputs: floor/ceil/round/trunc are the identity (like torch).
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_math.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/elementwise_special.h"
 
 namespace ag {
 namespace {
@@ -177,6 +179,42 @@ struct PowScalar {
   }
 };
 
+// ---- the listed ops (elementwise_ops.h) ------------------------------------------------------
+#define AG_X_UNARY(name, kinds, is_math, expr)         \
+  template <typename C>                                 \
+  struct X_##name {                                     \
+    static constexpr bool kMath = is_math;              \
+    explicit X_##name(const Attrs&) {}                  \
+    C operator()(C x) const { return expr; }            \
+  };
+#define AG_X_PRED(name, kinds, expr)                    \
+  template <typename C>                                 \
+  struct X_##name {                                     \
+    static constexpr bool kMath = false;                \
+    explicit X_##name(const Attrs&) {}                  \
+    bool operator()(C x) const { return expr; }         \
+  };
+// a numeric attribute as C ("" is unused: 0)
+template <typename C>
+C param(const Attrs& a, const char* name) {
+  return name[0] ? number_attr(a, name).as<C>() : C(0);
+}
+#define AG_X_PARAM(name, kinds, is_math, a0, a1, a2, expr)                                 \
+  template <typename C>                                                                     \
+  struct X_##name {                                                                         \
+    static constexpr bool kMath = is_math;                                                  \
+    C p0, p1, p2;                                                                           \
+    explicit X_##name(const Attrs& a) : p0(param<C>(a, a0)), p1(param<C>(a, a1)), p2(param<C>(a, a2)) {} \
+    C operator()(C x) const { return expr; }                                                \
+  };
+using namespace math;
+AG_EW_UNARY_OPS(AG_X_UNARY)
+AG_EW_PREDICATE_OPS(AG_X_PRED)
+AG_EW_UNARY_PARAM_OPS(AG_X_PARAM)
+#undef AG_X_UNARY
+#undef AG_X_PRED
+#undef AG_X_PARAM
+
 // ---- inference and kernels ---------------------------------------------------------
 template <int K, bool BoolOut>
 std::vector<TensorType> infer_unary(const std::vector<TensorType>& in, const Attrs&) {
@@ -208,6 +246,13 @@ std::vector<TensorType> infer_pow_scalar(const std::vector<TensorType>& in, cons
     AG_CHECK((n.is_int || n.f == std::floor(n.f)) && n.f >= 0, "pow_scalar: integer ", in[0].str(),
              " needs a non-negative integer exponent, got ", n.f);
   return infer_unary<kFI, false>(in, a);
+}
+
+// listed ops with attributes: reading them (as the kernel will) checks they are there
+template <template <typename> class Op, int K>
+std::vector<TensorType> infer_param(const std::vector<TensorType>& in, const Attrs& a) {
+  (void)Op<double>(a);
+  return infer_unary<K, false>(in, a);
 }
 
 template <template <typename> class Op, int K, bool BoolOut>
@@ -265,6 +310,18 @@ AG_UNARY(logical_not, LogicalNot, kAll, true)
 AG_UNARY(bitwise_not, BitwiseNot, kIB, false)
 AG_UNARY(isnan, IsNan, kAll, true)
 AG_UNARY(leaky_relu, LeakyRelu, kF, false)
+
+#define AG_X_REG(name, kinds, is_math, ...) AG_UNARY(name, X_##name, kinds, false)
+#define AG_X_REG_PRED(name, kinds, expr) AG_UNARY(name, X_##name, kinds, true)
+AG_EW_UNARY_OPS(AG_X_REG)
+#define AG_X_REG_PARAM(ident, kinds, ...)                                                             \
+  AG_REGISTER_OP(ident, {.name = #ident, .min_inputs = 1, .max_inputs = 1, .infer = infer_param<X_##ident, kinds>, \
+                         .make_kernel = make_unary<X_##ident, kinds, false>, .props = kElementwise});
+AG_EW_UNARY_PARAM_OPS(AG_X_REG_PARAM)
+#undef AG_X_REG_PARAM
+AG_EW_PREDICATE_OPS(AG_X_REG_PRED)
+#undef AG_X_REG
+#undef AG_X_REG_PRED
 
 AG_REGISTER_OP(gelu, {.name = "gelu", .min_inputs = 1, .max_inputs = 1, .infer = infer_gelu,
                       .make_kernel = make_gelu, .props = kElementwise});

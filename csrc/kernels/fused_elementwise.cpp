@@ -21,6 +21,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_math.h"
+#include "kernels/elementwise_special.h"
 #include "kernels/separable_gather.h"
 
 namespace ag {
@@ -28,10 +29,18 @@ namespace fe {
 namespace {
 
 constexpr int64_t kTile = 512;
+using ew::kF, ew::kI, ew::kB, ew::kNoHalf, ew::kFI, ew::kAll;  // the kinds in elementwise_ops.h
 
 bool value_dtype_ok(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::b8; }
 
+bool in_range(int64_t code, int64_t begin, int64_t end) { return code > begin && code < end; }
+bool x_unary(int64_t c) { return in_range(c, kXUnaryBegin, kXUnaryEnd) || in_range(c, kXParamBegin, kXParamEnd); }
+bool x_pred(int64_t c) { return in_range(c, kXPredBegin, kXPredEnd); }
+bool x_binary(int64_t c) { return in_range(c, kXBinaryBegin, kXBinaryEnd); }
+
 int arity(int64_t code) {
+  if (x_unary(code) || x_pred(code)) return 1;
+  if (x_binary(code)) return 2;
   if (code >= kNeg && code <= kPowScalar) return 1;
   if (code == kLogicalNot || code == kIsNan || code == kConvert) return 1;
   if (code >= kAdd && code <= kAtan2) return 2;
@@ -49,11 +58,17 @@ DType result_dtype(int64_t code, const DType* t, const double* p) {
     for (int i = 0; i < n; ++i)
       AG_CHECK(t[i] != DType::b8, "fused_elementwise: instruction ", code, " needs floating operands");
   };
-  if (code >= kNeg && code <= kPowScalar) {
+  if ((code >= kNeg && code <= kPowScalar) || x_unary(code)) {
     need_float(1);
     return t[0];
   }
-  if (code == kLogicalNot || code == kIsNan) return DType::b8;
+  if (code == kLogicalNot || code == kIsNan || x_pred(code)) return DType::b8;
+  if (x_binary(code)) {
+    need_float(2);
+    AG_CHECK(t[0] == t[1], "fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]),
+             " differ");
+    return t[0];
+  }
   if (code == kConvert) {
     int64_t d = static_cast<int64_t>(p[0]);
     AG_CHECK(d >= 0 && d < kNumDTypes && value_dtype_ok(static_cast<DType>(d)),
@@ -265,6 +280,13 @@ inline void bin(float* d, const float* a, const float* b, int64_t n, F f) {
 
 bool is_math(int64_t c) {
   switch (c) {
+#define AG_X_MATH(name, kinds, m, ...) case kX_##name: return m;
+#define AG_X_MATH4(name, kinds, m, z, ...) case kX_##name: return m;
+    AG_EW_UNARY_OPS(AG_X_MATH)
+    AG_EW_UNARY_PARAM_OPS(AG_X_MATH)
+    AG_EW_BINARY_OPS(AG_X_MATH4)
+#undef AG_X_MATH
+#undef AG_X_MATH4
     case kSilu: case kTanh: case kSigmoid: case kErf: case kExp: case kLog: case kLog1p: case kExpm1: case kSin:
     case kCos: case kGeluErf: case kGeluTanh: case kPowScalar: case kPow: case kAtan2:
       return true;
@@ -416,9 +438,15 @@ class FusedKernel final : public Kernel {
     int round = 0;  // 1 bf16, 2 f16
     int mode = 0;
     bool has_lo = false, has_hi = false;
-    float p0 = 0, p1 = 0;
+    float p0 = 0, p1 = 0, p2 = 0;
   };
   static void configure(Op& op, const double* p) {
+    if (in_range(op.code, kXParamBegin, kXParamEnd)) {
+      op.p0 = static_cast<float>(p[0]);
+      op.p1 = static_cast<float>(p[1]);
+      op.p2 = static_cast<float>(p[2]);
+      return;
+    }
     switch (op.code) {
       case kLeakyRelu: op.p0 = static_cast<float>(p[0]); break;
       case kAddAlpha: case kSubAlpha: op.p0 = static_cast<float>(p[0]); break;
@@ -539,6 +567,15 @@ class FusedKernel final : public Kernel {
     }
   }
 
+  template <int K, typename F>
+  static void un_if(float* d, const float* a, int64_t n, F f) {
+    if constexpr ((K & ew::kF) != 0) un(d, a, n, f);
+  }
+  template <int K, typename F>
+  static void bin_if(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n, F f) {
+    if constexpr ((K & ew::kF) != 0) bin2(op, sp, sv, d, n, f);
+  }
+
   static void exec(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
     const float* a = sp[op.a];
     const float* b = op.b >= 0 ? sp[op.b] : nullptr;
@@ -649,6 +686,42 @@ class FusedKernel final : public Kernel {
       case kWhere:
         for (int64_t i = 0; i < n; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
         break;
+// (generic lambdas, run only for ops that take floats: the integer-only ones never get a code)
+#define AG_X_UN(name, kinds, m, expr)                                  \
+  case kX_##name:                                                      \
+    un_if<(kinds)>(d, a, n, [](auto x) {                               \
+      using C [[maybe_unused]] = decltype(x);                                         \
+      return expr;                                                     \
+    });                                                                \
+    break;
+#define AG_X_PRED(name, kinds, expr)                                   \
+  case kX_##name:                                                      \
+    un(d, a, n, [](float x) { return (expr) ? 1.0f : 0.0f; });         \
+    break;
+#define AG_X_PARAM(name, kinds, m, a0, a1, a2, expr)                   \
+  case kX_##name: {                                                    \
+    const float p0 = op.p0, p1 = op.p1, p2 = op.p2;                    \
+    un_if<(kinds)>(d, a, n, [p0, p1, p2](auto x) {                     \
+      using C [[maybe_unused]] = decltype(x);                                         \
+      return expr;                                                     \
+    });                                                                \
+    break;                                                             \
+  }
+#define AG_X_BIN(name, kinds, m, z, expr)                              \
+  case kX_##name:                                                      \
+    bin_if<(kinds)>(op, sp, sv, d, n, [](auto a, auto b) {             \
+      using C [[maybe_unused]] = decltype(a);                                         \
+      return expr;                                                     \
+    });                                                                \
+    break;
+      AG_EW_UNARY_OPS(AG_X_UN)
+      AG_EW_PREDICATE_OPS(AG_X_PRED)
+      AG_EW_UNARY_PARAM_OPS(AG_X_PARAM)
+      AG_EW_BINARY_OPS(AG_X_BIN)
+#undef AG_X_UN
+#undef AG_X_PRED
+#undef AG_X_PARAM
+#undef AG_X_BIN
       default: fail("fused_elementwise: unknown instruction code ", op.code);
     }
     if (op.round == 1) {
@@ -711,6 +784,25 @@ bool encode(const Node& n, Instr* o) {
       {"sign", kSign}, {"mul", kMul},         {"pow", kPow},     {"atan2", kAtan2}};
   for (auto& s : float_ops)
     if (op == s.name) return set(s.code, all_float);
+  // the listed ops (elementwise_ops.h)
+#define AG_X_ENC(name, kinds, ...) \
+  if (op == #name) return set(kX_##name, all_float && ((kinds) & ew::kF) != 0);
+#define AG_X_ENC_PRED(name, ...) \
+  if (op == #name) return set(kX_##name);
+#define AG_X_ENC_PARAM(name, kinds, m, a0, a1, a2, expr)                        \
+  if (op == #name) {                                                            \
+    const char* names[kParams] = {a0, a1, a2};                                  \
+    for (int j = 0; j < kParams; ++j)                                           \
+      if (names[j][0]) o->p[j] = ew::number_attr(a, names[j]).f;                \
+    return set(kX_##name, all_float);                                           \
+  }
+  AG_EW_UNARY_OPS(AG_X_ENC)
+  AG_EW_PREDICATE_OPS(AG_X_ENC_PRED)
+  AG_EW_UNARY_PARAM_OPS(AG_X_ENC_PARAM)
+  AG_EW_BINARY_OPS(AG_X_ENC)
+#undef AG_X_ENC
+#undef AG_X_ENC_PRED
+#undef AG_X_ENC_PARAM
   static const Simple any_ops[] = {{"logical_not", kLogicalNot}, {"isnan", kIsNan}, {"maximum", kMaximum},
                                    {"minimum", kMinimum},        {"eq", kEq},       {"ne", kNe},
                                    {"lt", kLt},                  {"le", kLe},       {"gt", kGt},

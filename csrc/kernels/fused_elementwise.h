@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "ir/graph.h"
+#include "kernels/elementwise_ops.h"
 
 namespace ag::fe {
 
@@ -42,6 +43,17 @@ enum Code : int64_t {
   // convert{dtype = params[0]}
   kConvert = 130,
 };
+
+// The listed ops of elementwise_ops.h, one code each, in ranges by kind:
+// unary (same dtype), predicate (-> bool), unary with params p0..p2, binary.
+#define AG_X_CODE(name, ...) kX_##name,
+enum XCode : int64_t {
+  kXUnaryBegin = 1000, AG_EW_UNARY_OPS(AG_X_CODE) kXUnaryEnd,
+  kXPredBegin = 2000, AG_EW_PREDICATE_OPS(AG_X_CODE) kXPredEnd,
+  kXParamBegin = 3000, AG_EW_UNARY_PARAM_OPS(AG_X_CODE) kXParamEnd,
+  kXBinaryBegin = 4000, AG_EW_BINARY_OPS(AG_X_CODE) kXBinaryEnd,
+};
+#undef AG_X_CODE
 
 constexpr int kArgs = 3;    // operand slots per instruction
 constexpr int kParams = 3;  // scalar parameters per instruction

@@ -25,7 +25,6 @@ _DECOMPOSE = [
     aten.hardswish,
     aten.hardsigmoid,
     aten.softplus,
-    aten.elu,
     aten.glu,
     aten.mish,
     aten.linspace,

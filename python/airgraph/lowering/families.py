@@ -1,5 +1,5 @@
 """Every op family's lowering table; importing this module registers them all."""
-from . import (attention, basic, elementwise, index, matmul, norm, prims, reduce, scatter, shape, sort,  # noqa: F401
-               strided, vision)
+from . import (attention, basic, elementwise, elementwise_math, index, matmul, norm, prims, reduce,  # noqa: F401
+               scatter, shape, sort, strided, vision)
 
 prims.register_copies()
