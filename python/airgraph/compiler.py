@@ -291,7 +291,7 @@ class EngineGraph:
             if i in self.scalar_inputs:
                 a = torch.tensor(a, dtype=dtype)
             if a.dtype != dtype or a.shape != shape:
-                raise EngineError(f"graph_{self.gid} input {i} is {a.dtype}{list(a.shape)} but was compiled for "
+                raise InputMismatch(f"graph_{self.gid} input {i} is {a.dtype}{list(a.shape)} but was compiled for "
                                   f"{dtype}{list(shape)}")
             if not a.is_contiguous():
                 a = a.contiguous()
@@ -332,6 +332,10 @@ class EngineGraph:
         return outs[: self.num_outputs] if self.dump_entries else outs
 
 
+class InputMismatch(EngineError):
+    """An engine graph got an input of another dtype or shape than it was compiled for."""
+
+
 class _Support(OperatorSupport):
     def __init__(self, supported: set[torch.fx.Node]):
         super().__init__()
@@ -342,13 +346,25 @@ class _Support(OperatorSupport):
 
 
 class _EngineModule(torch.nn.Module):
-    def __init__(self, eg: EngineGraph, single: bool):
+    """A region of a partitioned graph on the engine. A PyTorch node before it can hand it a tensor
+    of another dtype or shape than PyTorch's own trace promised (eager and meta kernels disagree for
+    a few ops: training-mode batch norm in bfloat16, say); the region then runs in PyTorch too."""
+
+    def __init__(self, eg: EngineGraph, single: bool, sub: torch.fx.GraphModule):
         super().__init__()
         self.eg = eg
         self.single = single
+        self.sub = sub
+        self.warned = False
 
     def forward(self, *args):
-        outs = self.eg.run(args)
+        try:
+            outs = self.eg.run(args)
+        except InputMismatch as e:
+            if not self.warned:
+                self.warned = True
+                log.warning("airgraph: %s; this region runs in PyTorch for such inputs", e)
+            return self.sub(*args)
         return outs[0] if self.single else tuple(outs)
 
 
@@ -671,7 +687,7 @@ def _regions_builder(fused, regions, config):
             if isinstance(mod, _EngineModule):
                 mod.eg = eg  # one assignment: a concurrent call uses the old graph or the new one
             else:
-                setattr(fused, target, _EngineModule(eg, single))
+                setattr(fused, target, _EngineModule(eg, single, sub))
             graphs.append(eg)
         return _boxed(fused), graphs
 

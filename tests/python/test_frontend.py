@@ -263,3 +263,20 @@ def test_scalar_graph_input_runs_natively():
             assert_close(cf(x, n), f(x, n))
     nodes = [n for r in reports for n in r.nodes]
     assert nodes and all(n.native for n in nodes), [(n.name, n.reason) for n in nodes if not n.native]
+
+
+def test_region_fed_another_dtype_than_traced_runs_in_pytorch():
+    # bf16 training-mode batch norm: eager returns bf16 running stats where PyTorch's trace says
+    # float32, so an engine region after it is handed other dtypes than it was compiled for
+    def f(x, rm, rv, w, b):
+        y = torch.nn.functional.batch_norm(x, rm, rv, w, b, training=True)
+        return y * 2 + 1, rm * 3
+
+    args = [torch.randn(4, 5, dtype=torch.bfloat16), torch.zeros(5, dtype=torch.bfloat16),
+            torch.ones(5, dtype=torch.bfloat16), torch.randn(5, dtype=torch.bfloat16),
+            torch.randn(5, dtype=torch.bfloat16)]
+    want_args = [a.clone() for a in args]
+    want = f(*want_args)
+    got, _ = _native_report(f, *args)
+    assert_close(got, want)
+    assert_close(args[1], want_args[1])  # the running mean was updated as eager updates it
