@@ -40,6 +40,10 @@ _DECOMPOSE = [
     aten.new_ones,
     aten.new_full,
     aten.rsub,
+    # in PyTorch's full table but not its core one; their parts run on the engine
+    aten._native_batch_norm_legit_functional,  # training-mode batch norm and instance norm
+    aten.round.decimals,
+    aten.grid_sampler_2d,
 ]
 
 

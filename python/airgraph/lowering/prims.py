@@ -37,6 +37,28 @@ def _prims_div(ctx, node, a, b):
     return LOWERINGS[aten.div.Tensor_mode](ctx, node, a, b, rounding_mode=mode)
 
 
+# prims ops whose semantics equal an ATen op the engine lowers (same arguments, same promotion:
+# the decompositions that emit them have already made the dtypes match)
+_SAME_AS_ATEN = {
+    "add": aten.add.Tensor, "sub": aten.sub.Tensor, "mul": aten.mul.Tensor, "neg": aten.neg.default,
+    "abs": aten.abs.default, "round": aten.round.default, "floor": aten.floor.default, "ceil": aten.ceil.default,
+    "trunc": aten.trunc.default, "exp": aten.exp.default, "log": aten.log.default, "sqrt": aten.sqrt.default,
+    "rsqrt": aten.rsqrt.default, "sin": aten.sin.default, "cos": aten.cos.default, "tanh": aten.tanh.default,
+    "maximum": aten.maximum.default, "minimum": aten.minimum.default, "where": aten.where.self,
+}
+
+
+def _same_as(target):
+    def lower(ctx, node, *args, **kwargs):
+        return LOWERINGS[target](ctx, node, *args, **kwargs)
+
+    return lower
+
+
+for _name, _target in _SAME_AS_ATEN.items():
+    lowering(getattr(prims, _name).default)(_same_as(_target))
+
+
 def diagonal(ctx, v, offset=0, dim1=0, dim2=1):
     shape = ctx.shape(v)
     r = len(shape)
