@@ -279,3 +279,32 @@ def test_weight_checks_benchmark_small():
     m = re.search(r"check alone, C\+\+ WeightGuard \(default: direct count read\): min +(\d+) ns", out)
     assert m and int(m.group(1)) > 0, out
     assert re.search(r"engine rebuilds during the run: 0\b", out), out  # unchanged weights never rebuild
+
+
+def _opinfo_commands() -> list[list[str]]:
+    """The Op coverage section's sweep commands, as written there."""
+    block = next(b for b in _readme_blocks("bash") if "opinfo_sweep.py" in b)
+    cmds = []
+    for line in block.splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            argv = shlex.split(line)
+            assert argv[0] == ".venv/bin/python", line
+            cmds.append(argv[1:])
+    return cmds
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_readme_opinfo_sweep_commands(i):
+    cmds = _opinfo_commands()
+    assert len(cmds) == 3, cmds
+    args = cmds[i]
+    out = _ok(_python(args, timeout=900))  # exit 1 when a sample is wrong or crashes
+    m = re.search(r"ops: (\d+)  native \(all samples pass\): (\d+)  fallback: (\d+)  wrong: (\d+)  crash: (\d+)", out)
+    assert m, out
+    ops, native, _, wrong, crash = map(int, m.groups())
+    assert wrong == 0 and crash == 0, out
+    if "--ops" in args:
+        assert native == ops > 0, out  # topk and every interpolate mode run natively
+    else:
+        assert native >= (480 if "--dtype" not in args else 450), out
