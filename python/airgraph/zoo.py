@@ -223,18 +223,21 @@ def _t5(size, batch, dtype):
     _perturb_norms(model)
     ids = _ids(batch, enc, cfg.vocab_size)
     dec_ids = _ids(batch, dec, cfg.vocab_size)
-    return _T5(model), (ids, _padded_mask(batch, enc), dec_ids), {}
+    return _Seq2Seq(model, "last_hidden_state"), (ids, _padded_mask(batch, enc), dec_ids), {}
 
 
-class _T5(torch.nn.Module):
-    def __init__(self, model):
+class _Seq2Seq(torch.nn.Module):
+    """An encoder-decoder called with (input_ids, attention_mask, decoder_input_ids): one output field."""
+
+    def __init__(self, model, field: str):
         super().__init__()
         self.model = model
+        self.field = field
 
     def forward(self, input_ids, attention_mask, decoder_input_ids):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                          use_cache=False)
-        return out.last_hidden_state
+        return getattr(out, self.field)
 
 
 @_register("bart", "BART encoder-decoder (BartForConditionalGeneration, learned positions, GELU): logits", "nlp")
@@ -253,17 +256,7 @@ def _bart(size, batch, dtype):
     _perturb_norms(model)
     ids = _ids(batch, enc, cfg.vocab_size)
     dec_ids = _ids(batch, dec, cfg.vocab_size)
-    return _Bart(model), (ids, _padded_mask(batch, enc), dec_ids), {}
-
-
-class _Bart(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, decoder_input_ids):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                          decoder_input_ids=decoder_input_ids, use_cache=False).logits
+    return _Seq2Seq(model, "logits"), (ids, _padded_mask(batch, enc), dec_ids), {}
 
 
 @_register("qwen2", "Qwen2 decoder (Qwen2ForCausalLM: QKV bias, GQA, RoPE; transformers' defaults: use_cache=True, "
