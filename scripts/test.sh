@@ -15,7 +15,7 @@ cpp_status=$?
 tail -n 30 build/ctest.log
 
 echo "== Python tests"
-HF_HUB_OFFLINE=1 python -m pytest tests/python -q -p no:cacheprovider "$@"
+HF_HUB_OFFLINE=1 python -m pytest tests/python -q -rs -p no:cacheprovider "$@"  # -rs: every skip prints its reason
 py_status=$?
 set -e
 if [ "$cpp_status" != 0 ] || [ "$py_status" != 0 ]; then
