@@ -102,9 +102,6 @@ def lower_node(ctx: LowerCtx, node: torch.fx.Node):
     return res
 
 
-_SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
-
-
 def _scalar_kind(val):
     """The engine dtype of a scalar graph input (a Python or symbolic bool/int/float), else None."""
     for py, sym, dt in ((bool, torch.SymBool, "bool"), (int, torch.SymInt, "int64"), (float, torch.SymFloat, "float64")):
@@ -125,8 +122,9 @@ def _scratch_input(ctx: LowerCtx, n: torch.fx.Node):
     val = n.meta.get("val")
     if n.op == "get_attr":
         val = get_attr_tensor(n)
-    if _scalar_kind(val) is not None:
-        return ctx.g.add_input(_scalar_kind(val), [], n.name)
+    scalar = _scalar_kind(val)
+    if scalar is not None:
+        return ctx.g.add_input(scalar, [], n.name)
     if _is_tensor_meta(val):
         return ctx.g.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
     if isinstance(val, (list, tuple)) and all(_is_tensor_meta(v) or v is None for v in val):
@@ -187,10 +185,9 @@ class EngineGraph:
             elif _is_tensor_meta(val):
                 ctx.env[n] = g.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
                 self.input_positions.append(i)
-            elif _scalar_kind(val) is not None:
+            elif (dt := _scalar_kind(val)) is not None:
                 if not n.users:
                     continue  # a size or flag the trace already specialized on
-                dt = _scalar_kind(val)
                 ctx.env[n] = g.add_input(dt, [], n.name)  # a 0-d tensor made from the argument per call
                 self.input_positions.append(i)
                 self.scalar_inputs[i] = torch_dtype(dt)
@@ -288,7 +285,7 @@ class EngineGraph:
         ptrs, ins = [], []
         for i, (shape, dtype) in zip(self.input_positions, self.in_specs):
             a = args[i]
-            if i in self.scalar_inputs:
+            if self.scalar_inputs and i in self.scalar_inputs:
                 a = torch.tensor(a, dtype=dtype)
             if a.dtype != dtype or a.shape != shape:
                 raise InputMismatch(f"graph_{self.gid} input {i} is {a.dtype}{list(a.shape)} but was compiled for "
