@@ -17,6 +17,7 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
+#include "kernels/onednn_util.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "runtime/parallel.h"
@@ -357,10 +358,18 @@ NB_MODULE(_C, m) {
           nb::arg("after_pass") = nb::none())
       .def(
           "compile",
-          [](PyGraph& g, bool inplace, const std::string& fault_node) {
+          [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache) {
+            dnnl_util::PrepackScope scope(cache);  // programs sharing a cache share packed weights
             return new PyExecutable(compile_program(*g.g, inplace, fault_node));
           },
-          nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::rv_policy::take_ownership);
+          nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
+          nb::rv_policy::take_ownership);
+
+  // Packed weights shared by the programs one graph builds for several sizes (one per set of
+  // bound weights; kept by the front, passed to compile()).
+  nb::class_<dnnl_util::PrepackCache>(m, "PrepackCache")
+      .def(nb::init<>())
+      .def_prop_ro("hits", &dnnl_util::PrepackCache::hits);
 
   nb::class_<PyExecutable>(m, "Executable")
       .def("run", &PyExecutable::run, nb::arg("inputs"), nb::arg("threads") = 0)

@@ -221,30 +221,18 @@ class ConvKernel final : public Kernel {
     }
     if (k0_) fold_bias(b_const);
     if (w_const) {  // prepack once
-      const void* src = w_const;
-      Buffer tmp;
-      if (emu_ || fold_mul_) {
-        tmp = alloc_buffer(w_n_ * 4);
-        to_f32(t_, src, static_cast<float*>(tmp.data()), w_n_);
-        src = tmp.data();
+      std::function<void(float*)> fold;
+      if (fold_mul_) {
+        fold = [this](float* w) {  // W[o, ...] *= scale[o]
+          const int64_t per = w_n_ / O_;
+          for (int64_t o = 0; o < O_; ++o) {
+            const float a = channel_value(epi_.ops[0], o);
+            for (int64_t i = 0; i < per; ++i) w[o * per + i] *= a;
+          }
+        };
       }
-      if (fold_mul_) {  // W[o, ...] *= scale[o]
-        float* w = static_cast<float*>(tmp.data());
-        const int64_t per = w_n_ / O_;
-        for (int64_t o = 0; o < O_; ++o) {
-          const float a = channel_value(epi_.ops[0], o);
-          for (int64_t i = 0; i < per; ++i) w[o * per + i] *= a;
-        }
-      }
-      Reorder ro;
-      ro.init(w_plain_, w_md_);
-      if (ro.needed) {
-        packed_ = alloc_buffer(w_md_.get_size());
-        ro.run_once(const_cast<void*>(src), packed_.data());
-      } else {
-        packed_ = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
-      }
-      exec_.set(DNNL_ARG_WEIGHTS, packed_.data() ? packed_.data() : const_cast<void*>(src));
+      const void* w = prepack(w_const, t_, w_n_, emu_ || fold_mul_, w_plain_, w_md_, packed_, fold);
+      exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
     }
   }
 

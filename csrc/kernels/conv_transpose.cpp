@@ -190,22 +190,8 @@ class DeconvKernel final : public Kernel {
     if (out_ro_.needed) o_blk_ = scratch_.add(o_blk_bytes_);
     if (exec_.scratch_bytes) pad_ = scratch_.add(exec_.scratch_bytes);
     if (w_const) {  // prepack once
-      const void* src = w_const;
-      Buffer tmp;
-      if (emu_) {
-        tmp = alloc_buffer(w_n_ * 4);
-        to_f32(t_, src, static_cast<float*>(tmp.data()), w_n_);
-        src = tmp.data();
-      }
-      Reorder ro;
-      ro.init(w_plain_, w_md_);
-      if (ro.needed) {
-        packed_ = alloc_buffer(w_md_.get_size());
-        ro.run_once(const_cast<void*>(src), packed_.data());
-      } else {
-        packed_ = tmp;
-      }
-      exec_.set(DNNL_ARG_WEIGHTS, packed_.data() ? packed_.data() : const_cast<void*>(src));
+      const void* w = prepack(w_const, t_, w_n_, emu_, w_plain_, w_md_, packed_);
+      exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
     }
   }
 

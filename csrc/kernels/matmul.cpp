@@ -311,22 +311,8 @@ class GemmKernel final : public Kernel {
 
   void prepare_weights() {
     if (!s_.b_const) return;
-    const void* src = s_.b_const;
-    Buffer tmp;
-    if (emu_) {
-      tmp = alloc_buffer(b_n_ * 4);
-      to_f32(s_.t, src, static_cast<float*>(tmp.data()), b_n_);
-      src = tmp.data();
-    }
-    Reorder ro;
-    ro.init(b_plain_md_, b_md_);
-    if (ro.needed) {
-      packed_ = alloc_buffer(b_md_.get_size());
-      ro.run_once(const_cast<void*>(src), packed_.data());
-    } else {
-      packed_ = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
-    }
-    exec_.set(DNNL_ARG_WEIGHTS, packed_.data() ? packed_.data() : const_cast<void*>(src));
+    const void* w = prepack(s_.b_const, s_.t, b_n_, emu_, b_plain_md_, b_md_, packed_);
+    exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
   }
 
   // Bias added by hand, in f32, through broadcast strides.

@@ -142,6 +142,62 @@ void Reorder::run_once(void* from, void* to) const {
   run(a, from, to);
 }
 
+namespace {
+thread_local PrepackCache* t_prepack_cache = nullptr;
+}
+
+PrepackScope::PrepackScope(PrepackCache* cache) : prev_(t_prepack_cache) { t_prepack_cache = cache; }
+PrepackScope::~PrepackScope() { t_prepack_cache = prev_; }
+
+Buffer PrepackCache::find(const Key& k) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, w] : entries_) {
+    if (!(key == k)) continue;
+    Buffer b;
+    b.p = w.lock();
+    if (b.p) {
+      b.bytes = k.to.get_size();
+      ++hits_;
+    }
+    return b;
+  }
+  return {};
+}
+
+void PrepackCache::put(const Key& k, const Buffer& b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(entries_, [](const auto& e) { return e.second.expired(); });
+  entries_.emplace_back(k, b.p);
+}
+
+const void* prepack(const void* src, DType t, int64_t n, bool widen, const dnnl::memory::desc& from,
+                    const dnnl::memory::desc& to, Buffer& packed, const std::function<void(float*)>& adjust) {
+  PrepackCache* cache = adjust ? nullptr : t_prepack_cache;
+  const PrepackCache::Key key{src, t, widen, from, to};
+  if (cache && (widen || from != to)) {
+    packed = cache->find(key);
+    if (packed.data()) return packed.data();
+  }
+  Buffer tmp;
+  const void* s = src;
+  if (widen) {
+    tmp = alloc_buffer(static_cast<size_t>(n) * 4);
+    to_f32(t, src, static_cast<float*>(tmp.data()), n);
+    if (adjust) adjust(static_cast<float*>(tmp.data()));
+    s = tmp.data();
+  }
+  Reorder ro;
+  ro.init(from, to);
+  if (ro.needed) {
+    packed = alloc_buffer(to.get_size());
+    ro.run_once(const_cast<void*>(s), packed.data());
+  } else {
+    packed = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
+  }
+  if (cache && packed.data()) cache->put(key, packed);
+  return packed.data() ? packed.data() : src;
+}
+
 }  // namespace ag::dnnl_util
 
 // ---- fused epilogues ------------------------------------------------------------------

@@ -4,7 +4,9 @@
 // scratchpad, argument maps built once, f32 emulation of 16-bit inputs when
 // the CPU has no native implementation for them).
 #pragma once
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -88,6 +90,51 @@ struct Reorder {
   Args make_args() const;
   void run(Args& a, void* from, void* to) const;
   void run_once(void* from, void* to) const;  // at build time (prepacking): temporary memories
+};
+
+// Constant weights in a kernel's preferred layout: `src` (n elements of `t`) widened to f32
+// when `widen`, changed by `adjust` (a BatchNorm scale folded in, say), then reordered from
+// `from` to `to`. Returns the bytes the kernel reads: packed.data(), or `src` itself when no
+// copy was needed. Inside a PrepackScope, kernels that pack the same constant the same way
+// (without `adjust`) share one packed copy: the programs one graph builds for its sizes keep one
+// copy of the weights, not one per size.
+const void* prepack(const void* src, DType t, int64_t n, bool widen, const dnnl::memory::desc& from,
+                    const dnnl::memory::desc& to, Buffer& packed, const std::function<void(float*)>& adjust = {});
+
+// Packed weights shared within a scope (one set of bound weights). Holds them weakly: they live
+// as long as a kernel uses them.
+class PrepackCache {
+ public:
+  struct Key {
+    const void* src;
+    DType t;
+    bool widen;
+    dnnl::memory::desc from, to;
+    bool operator==(const Key& o) const {
+      return src == o.src && t == o.t && widen == o.widen && from == o.from && to == o.to;
+    }
+  };
+  Buffer find(const Key& k);
+  void put(const Key& k, const Buffer& b);
+  size_t hits() const { return hits_; }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<Key, std::weak_ptr<void>>> entries_;
+  std::vector<size_t> bytes_;
+  size_t hits_ = 0;
+};
+
+// Makes `cache` the one prepack() uses on this thread until the scope ends.
+class PrepackScope {
+ public:
+  explicit PrepackScope(PrepackCache* cache);
+  ~PrepackScope();
+  PrepackScope(const PrepackScope&) = delete;
+  PrepackScope& operator=(const PrepackScope&) = delete;
+
+ private:
+  PrepackCache* prev_;
 };
 
 // A primitive attr with user-managed scratchpad and f32 fpmath left default.

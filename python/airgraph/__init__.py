@@ -8,7 +8,7 @@ import logging as _logging
 import os as _os
 
 from ._core import C as _C, EngineError
-from .backend import airgraph_backend, get_backend
+from .backend import airgraph_backend, get_backend, set_dim_gears
 from .config import CompilerConfig
 from .explain import ExplainReport, explain
 
@@ -24,7 +24,7 @@ def pass_names() -> list[str]:
     return list(_C.pass_names())
 
 
-__all__ = ["CompilerConfig", "EngineError", "ExplainReport", "airgraph_backend", "explain", "get_backend", "ops",
+__all__ = ["CompilerConfig", "EngineError", "ExplainReport", "airgraph_backend", "explain", "get_backend", "ops", "set_dim_gears",
            "pass_names"]
 
 

@@ -113,16 +113,51 @@ def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str])
     return consts
 
 
-def _is_dynamic(example_inputs) -> bool:
-    for ex in example_inputs:
-        if isinstance(ex, torch.SymInt):
-            return True
-        if isinstance(ex, torch.Tensor) and any(not isinstance(s, int) for s in ex.shape):
-            return True
-    return False
+def _gears(gm: torch.fx.GraphModule, example_inputs) -> dict:
+    """Symbol -> allowed sizes, from airgraph.set_dim_gears on the user's tensors."""
+    gears = {}
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n, ex in zip(phs, example_inputs):
+        ga = n.meta.get("grapharg")
+        real = getattr(ga, "example", None) if ga is not None else None
+        spec = getattr(real, "_airgraph_dim_gears", None)
+        if not spec or not isinstance(ex, torch.Tensor):
+            continue
+        for d, sizes in spec.items():
+            s = ex.shape[d]
+            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
+                gears[s.node.expr] = sorted(set(sizes) | set(gears.get(s.node.expr, [])))
+            else:
+                log.warning("airgraph: set_dim_gears on dim %d of %s: the traced size %s is not a plain symbol; "
+                            "the gears are ignored", d, n.name, s)
+    return gears
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, params: dict[int, str]):
+def set_dim_gears(t: torch.Tensor, dim_gears: dict[int, list[int]]):
+    """Declares that dims of `t` only take the listed sizes (TorchAir's set_dim_gears): the
+    compiled graph is traced once with those dims symbolic, an engine program is built for every
+    gear when compiling, and a call with another size raises an error naming the dim and the sizes.
+
+        airgraph.set_dim_gears(input_ids, {1: [32, 64, 128]})
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"set_dim_gears takes a tensor, got {type(t).__name__}")
+    spec = {}
+    for d, sizes in dim_gears.items():
+        if not isinstance(d, int) or not -t.dim() <= d < t.dim():
+            raise ValueError(f"set_dim_gears: dim {d} is out of range for a {t.dim()}-d tensor")
+        sizes = sorted({int(s) for s in sizes})
+        if not sizes or sizes[0] < 2:
+            raise ValueError(f"set_dim_gears: dim {d} needs sizes >= 2 (Dynamo specializes sizes 0 and 1), "
+                             f"got {sizes}")
+        d = d % t.dim()
+        spec[d] = sizes
+        torch._dynamo.mark_dynamic(t, d, min=sizes[0], max=sizes[-1])
+    t._airgraph_dim_gears = {**getattr(t, "_airgraph_dim_gears", {}), **spec}
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, params: dict[int, str],
+             gears: dict | None = None):
     report = CompileReport()
     for sink in _REPORT_SINKS:
         sink.append(report)
@@ -130,7 +165,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
         consts = _constants(aot_gm, real, params)
-        return compile_aten_graph(aot_gm, consts, config, report, const_names=params)
+        return compile_aten_graph(aot_gm, consts, config, report, const_names=params, gears=gears)
 
     def bw_compiler(aot_gm, aot_inputs):
         # airgraph is an inference engine; gradients run in PyTorch.
@@ -144,41 +179,16 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                      decompositions=decomposition_table())
 
-    if torch._guards.TracingContext.try_get() is None:
-        # compiling at call time (_ShapeSpecializer), outside Dynamo: a context of our own, where
-        # AOTAutograd leaves the input-mutation metadata that _constants reads
-        with torch._guards.tracing(torch._guards.TracingContext(None)):
-            return aot()
     return aot()
-
-
-class _ShapeSpecializer:
-    """Dynamic shapes: one static engine graph per concrete input signature.
-
-    The IR carries symbolic dims, but kernels and the planner work on static
-    shapes; each new signature is traced and compiled once and cached.
-    """
-
-    def __init__(self, gm, example_inputs, config, params):
-        self.gm, self.config, self.params = gm, config, params
-        self.cache = {}
-
-    def __call__(self, *args):
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("s", a) for a in args)
-        fn = self.cache.get(key)
-        if fn is None:
-            fn = _compile(self.gm, list(args), self.config, self.params)
-            self.cache[key] = fn
-        return fn(*args)
 
 
 def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig | None = None, **kwargs):
     if config is None:
         config = CompilerConfig.from_options(kwargs.get("options"))
     params = _param_positions(gm, example_inputs)
-    if _is_dynamic(example_inputs):
-        return _ShapeSpecializer(gm, example_inputs, config, params)
-    return _compile(gm, example_inputs, config, params)
+    # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
+    # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
+    return _compile(gm, example_inputs, config, params, _gears(gm, example_inputs))
 
 
 def get_backend(config: CompilerConfig | None = None):

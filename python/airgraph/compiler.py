@@ -33,8 +33,8 @@ from torch.fx.passes.operator_support import OperatorSupport
 from ._core import C, EngineError
 from .config import CompilerConfig
 from .debug import dump as _dump
-from .lowering import (LOWERINGS, LowerCtx, Unsupported, engine_dtype, load_all, source_line, static_shape,
-                       torch_dtype)
+from .lowering import (LOWERINGS, LowerCtx, Unsupported, bound_sizes, concrete, concrete_arg, engine_dtype,
+                       is_symbolic, load_all, source_line, static_shape, torch_dtype)
 
 log = logging.getLogger("airgraph")
 load_all()
@@ -61,6 +61,7 @@ class CompileReport:
     exec_stats: list = field(default_factory=list)
     graphs: list = field(default_factory=list)  # the EngineGraph objects (debug tools read them)
     rebuilds: int = 0  # engine rebuilds because a bound parameter or buffer changed
+    symbolic: list = field(default_factory=list)  # SymbolicEngineGraph objects (graphs with symbolic sizes)
 
 
 def target_name(node: torch.fx.Node) -> str:
@@ -97,7 +98,7 @@ def lower_node(ctx: LowerCtx, node: torch.fx.Node):
         raise Unsupported(f"no lowering for {target_name(node)}")
     ctx.node = node
     ctx._emitted = None
-    res = fn(ctx, node, *node.args, **node.kwargs)
+    res = fn(ctx, node, *concrete_arg(node.args), **{k: concrete_arg(v) for k, v in node.kwargs.items()})
     _check_against_meta(ctx, node, res)
     return res
 
@@ -135,8 +136,20 @@ def _scratch_input(ctx: LowerCtx, n: torch.fx.Node):
     raise Unsupported(f"input {n.name} is not a tensor ({type(val).__name__})")
 
 
+def _is_size_node(node: torch.fx.Node) -> bool:
+    """A node that computes a symbolic size (sym_size, arithmetic on SymInts): no engine work; its
+    value is substituted into the arguments of the nodes that use it, per size binding."""
+    return node.op == "call_function" and is_symbolic(node.meta.get("val"))
+
+
 def node_support(node: torch.fx.Node) -> tuple[bool, str]:
     """Can the engine run this node? Lowers it alone into a scratch graph."""
+    if _is_size_node(node):
+        try:
+            concrete(node.meta["val"])
+            return True, ""
+        except Unsupported as e:
+            return False, str(e)
     if node.target not in LOWERINGS:
         return False, "no lowering"
     ctx = LowerCtx(C.Graph())
@@ -165,7 +178,7 @@ class EngineGraph:
     """One engine executable plus how to feed it from the FX graph's arguments."""
 
     def __init__(self, gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
-                 report: CompileReport):
+                 report: CompileReport, prepack_cache=None):
         t0 = time.perf_counter()
         self.gid = next(_GRAPH_IDS)
         self.gm = gm
@@ -186,6 +199,8 @@ class EngineGraph:
                 ctx.env[n] = g.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
                 self.input_positions.append(i)
             elif (dt := _scalar_kind(val)) is not None:
+                if is_symbolic(val) and concrete_arg(n) is not n:
+                    continue  # a size of this binding: its value is substituted where it is used
                 if not n.users:
                     continue  # a size or flag the trace already specialized on
                 ctx.env[n] = g.add_input(dt, [], n.name)  # a 0-d tensor made from the argument per call
@@ -196,6 +211,8 @@ class EngineGraph:
         out_ids: list[int] = []
         for n in gm.graph.nodes:
             if n.op == "call_function":
+                if _is_size_node(n):
+                    continue
                 try:
                     ctx.env[n] = lower_node(ctx, n)
                 except EngineError as e:
@@ -230,7 +247,7 @@ class EngineGraph:
         if config.dump_data:
             self._expose_for_dump(g)
         self.graph_text = str(g)
-        self.exe = g.compile(config.allow_inplace, config.fault_node)
+        self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache)
         self.exe.set_profiling(config.profile)
         self._plan_call()
         self.profiles = collections.deque(maxlen=1000)  # (starts ns, durations ns) per call
@@ -327,6 +344,176 @@ class EngineGraph:
                 self.first_args = list(args)
                 log.info("airgraph: dumped %d tensors to %s", len(self.dump_entries), folder)
         return outs[: self.num_outputs] if self.dump_entries else outs
+
+
+# ----------------------------------------------------------------------------- dynamic shapes
+#
+# A graph traced with symbolic sizes (dynamic=True, Dynamo's automatic dynamic shapes after a
+# second size, mark_dynamic, set_dim_gears) is traced by Dynamo and AOTAutograd once. Each call
+# binds the symbols from its inputs' sizes (a few attribute reads); the first call with a new
+# binding lowers the ATen graph for those sizes and builds a static engine program for them
+# (passes, memory plan, kernels; weights are packed once and shared by every size), so every
+# size runs with the static program's speed and its exact memory plan.
+
+
+def _symbol_rules(gm: torch.fx.GraphModule):
+    """How each symbol is read from the arguments: [(position, dim or -1 for a scalar, Symbol)],
+    the first place it appears as a whole size; and every placeholder's expected sizes
+    [(position, dim, expr)] for error messages."""
+    rules, seen, expected = [], set(), []
+    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            sizes = [(-1, val)]
+        elif isinstance(val, torch.Tensor):
+            sizes = list(enumerate(val.shape))
+        else:
+            continue
+        for d, s in sizes:
+            if not isinstance(s, torch.SymInt):
+                continue
+            e = s.node.expr
+            if e.is_Symbol and e not in seen:
+                seen.add(e)
+                rules.append((i, d, e, _hint(s)))
+            expected.append((i, n.name, d, e))
+    return rules, expected
+
+
+def _hint(s: torch.SymInt) -> int | None:
+    h = getattr(s.node, "hint", None)
+    if h is None:
+        h = s.node.shape_env.var_to_val.get(s.node.expr)
+    return None if h is None else int(h)
+
+
+def graph_symbols(gm: torch.fx.GraphModule) -> bool:
+    """Does the graph carry symbolic sizes?"""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if is_symbolic(v) or (isinstance(v, torch.Tensor) and any(not isinstance(s, int) for s in v.shape)):
+            return True
+    return False
+
+
+def hint_sizes(gm: torch.fx.GraphModule) -> dict:
+    """The binding of the sizes the graph was traced with."""
+    return {sym: h for _, _, sym, h in _symbol_rules(gm)[0] if h is not None}
+
+
+class SymbolicEngineGraph:
+    """A graph with symbolic sizes: one static engine program (EngineGraph) per binding of its
+    symbols, built on the first call that needs it and kept (up to config.dynamic_sizes bindings,
+    least recently used first out). `gears` (Symbol -> allowed sizes) restricts a symbol to a set of
+    sizes, all built now; any other size is an error."""
+
+    def __init__(self, gm, consts, config: CompilerConfig, report: CompileReport, gears: dict | None = None):
+        self.gm, self.consts, self.config, self.report = gm, consts, config, report
+        self.rules, self.expected = _symbol_rules(gm)
+        self.symbols = [sym for _, _, sym, _ in self.rules]
+        self.getters = [(i, d) for i, d, _, _ in self.rules]
+        self.gears = {s: sorted(set(v)) for s, v in (gears or {}).items() if s in self.symbols}
+        self.prepack_cache = C.PrepackCache()  # weights packed once for every size
+        self.instances: collections.OrderedDict = collections.OrderedDict()
+        self.lock = threading.Lock()
+        self.gid = next(_GRAPH_IDS)
+        self.build_ms: list[float] = []  # engine work per new binding
+        self.fallback_sizes = 0
+        report.symbolic.append(self)
+        hint = tuple(h for _, _, _, h in self.rules)
+        if any(h is None for h in hint):
+            raise Unsupported("a symbolic input size has no example value")
+        keys = [hint]
+        if self.gears:
+            keys = []
+            for combo in itertools.product(*[self.gears.get(s, [h]) for s, h in zip(self.symbols, hint)]):
+                keys.append(tuple(combo))
+        for k in keys:
+            self._build(k, first=(k is keys[0]))
+
+    def describe(self) -> str:
+        where = ", ".join(f"{sym} = input {i}" + (f" dim {d}" if d >= 0 else "") for i, d, sym, _ in self.rules)
+        return where
+
+    def _env(self, key) -> dict:
+        return dict(zip(self.symbols, key))
+
+    def _build(self, key, first=False):
+        t0 = time.perf_counter()
+        env = self._env(key)
+        report = self.report if first else CompileReport()
+        try:
+            with bound_sizes(env):
+                eg = EngineGraph(self.gm, self.consts, self.config, report, self.prepack_cache)
+        except (Unsupported, EngineError) as e:
+            if first or not self.config.fallback:
+                raise
+            log.warning("airgraph: graph_%d at sizes %s runs in PyTorch: %s", self.gid, self._key_text(key),
+                        str(e).split("\n")[0])
+            self.fallback_sizes += 1
+            eg = None
+        run = eg.run if eg is not None else self._eager
+        ms = (time.perf_counter() - t0) * 1000
+        self.build_ms.append(ms)
+        self.instances[key] = run
+        while len(self.instances) > max(1, self.config.dynamic_sizes):
+            self.instances.popitem(last=False)
+        if not first:
+            log.info("airgraph: graph_%d: new sizes %s: engine program built in %.1f ms (%d sizes built so far)",
+                     self.gid, self._key_text(key), ms, len(self.build_ms))
+        return run
+
+    def _key_text(self, key) -> str:
+        return ", ".join(f"{s}={v}" for s, v in zip(self.symbols, key))
+
+    def _eager(self, args):
+        out = self.gm(*args)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    def _check(self, key, args):
+        """A clear error for inputs whose sizes disagree with each other or with the gears."""
+        import sympy
+
+        env = {s: sympy.Integer(v) for s, v in self._env(key).items()}
+        for (i, d, sym, _), v in zip(self.rules, key):
+            allowed = self.gears.get(sym)
+            if allowed is not None and v not in allowed:
+                raise EngineError(f"input {i}" + (f" dim {d}" if d >= 0 else "") + f" is {v}, but "
+                                  f"airgraph.set_dim_gears allows only {allowed} for it ({sym})")
+        for i, name, d, expr in self.expected:
+            a = args[i]
+            got = a if d < 0 else a.shape[d] if isinstance(a, torch.Tensor) and d < a.dim() else None
+            want = expr.xreplace(env)
+            if got is None or (want.is_number and int(want) != got):
+                src = next(f"input {j}" + (f" dim {e}" if e >= 0 else "") for j, e, s, _ in self.rules
+                           if s in expr.free_symbols) if expr.free_symbols else ""
+                raise EngineError(f"graph_{self.gid}: input {i} ({name}) dim {d} is {got}, but the graph needs "
+                                  f"{expr} = {want} with {self._key_text(key)} (bound from {src})")
+
+    def run(self, args):
+        try:
+            key = tuple(args[i] if d < 0 else args[i].shape[d] for i, d in self.getters)
+        except (IndexError, AttributeError) as e:
+            raise EngineError(f"graph_{self.gid}: the arguments do not match the traced graph ({e})") from None
+        run = self.instances.get(key)
+        if run is None:
+            with self.lock:
+                run = self.instances.get(key)
+                if run is None:
+                    self._check(key, args)
+                    run = self._build(key)
+        try:
+            return run(args)
+        except InputMismatch:
+            self._check(key, args)
+            raise
+
+
+def make_engine_graph(gm, consts, config, report, gears=None):
+    """An EngineGraph, or a SymbolicEngineGraph when `gm` carries symbolic sizes."""
+    if graph_symbols(gm):
+        return SymbolicEngineGraph(gm, consts, config, report, gears)
+    return EngineGraph(gm, consts, config, report)
 
 
 class InputMismatch(EngineError):
@@ -571,7 +758,7 @@ def _checked(binder: _Binder):
 
 
 def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
-                       report: CompileReport, const_names: dict[int, str] | None = None):
+                       report: CompileReport, const_names: dict[int, str] | None = None, gears: dict | None = None):
     """Returns a boxed callable (takes a list of args) that runs `gm`.
 
     consts: argument position -> parameter or buffer to bind as a constant (checked on every
@@ -580,11 +767,19 @@ def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return _compile_aten_graph(gm, consts, config, report, const_names)
+        return _compile_aten_graph(gm, consts, config, report, const_names, gears)
 
 
-def _compile_aten_graph(gm, consts, config, report, const_names):
+def _compile_aten_graph(gm, consts, config, report, const_names, gears=None):
     t0 = time.perf_counter()
+    if graph_symbols(gm):
+        # which nodes the engine takes is decided at the traced sizes
+        with bound_sizes(hint_sizes(gm)):
+            return _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0)
+    return _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0)
+
+
+def _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0):
     if config.run_eagerly:
         from .debug.eager import eager_runner
 
@@ -606,7 +801,7 @@ def _compile_aten_graph(gm, consts, config, report, const_names):
 
     if not unsupported:
         try:
-            binder = _Binder(_whole_graph_builder(gm, config), consts, const_names, config, report)
+            binder = _Binder(_whole_graph_builder(gm, config, gears), consts, const_names, config, report)
             report.compile_ms = (time.perf_counter() - t0) * 1000
             return _checked(binder)
         except Unsupported as e:
@@ -637,20 +832,20 @@ def _compile_aten_graph(gm, consts, config, report, const_names):
         regions.append((node.target, sub, cmap, fixed, single))
     # only constants an engine region reads are bound (and checked); PyTorch nodes read their arguments per call
     used = {p for _, _, cmap, _, _ in regions for p in cmap.values()}
-    binder = _Binder(_regions_builder(fused, regions, config), {i: t for i, t in consts.items() if i in used},
+    binder = _Binder(_regions_builder(fused, regions, config, gears), {i: t for i, t in consts.items() if i in used},
                      const_names, config, report)
     fused.recompile()
     report.compile_ms = (time.perf_counter() - t0) * 1000
     return _checked(binder)
 
 
-def _whole_graph_builder(gm, config):
+def _whole_graph_builder(gm, config, gears):
     def build(consts, changed, prev, report):
         if prev is None:
-            eg = EngineGraph(gm, consts, config, report)  # Unsupported here: the caller runs gm in PyTorch
+            eg = make_engine_graph(gm, consts, config, report, gears)  # Unsupported: the caller runs gm in PyTorch
             return eg.run, [eg]
         try:
-            eg = EngineGraph(gm, consts, config, report)
+            eg = make_engine_graph(gm, consts, config, report, gears)
         except (Unsupported, EngineError) as e:
             log.warning("airgraph: rebuilding the engine graph for the new weights failed (%s); it runs in "
                         "PyTorch from now on", e)
@@ -660,7 +855,7 @@ def _whole_graph_builder(gm, config):
     return build
 
 
-def _regions_builder(fused, regions, config):
+def _regions_builder(fused, regions, config, gears):
     def build(consts, changed, prev, report):
         graphs = []
         for target, sub, cmap, fixed, single in regions:
@@ -674,7 +869,7 @@ def _regions_builder(fused, regions, config):
             sub_consts = {j: consts[p] for j, p in cmap.items() if p in consts}
             sub_consts.update(fixed)
             try:
-                eg = EngineGraph(sub, sub_consts, config, report)
+                eg = make_engine_graph(sub, sub_consts, config, report, gears)
             except (Unsupported, EngineError) as e:
                 if prev is None and isinstance(e, EngineError):
                     raise

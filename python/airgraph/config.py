@@ -49,6 +49,9 @@ class CompilerConfig:
     allow_inplace: bool = True
     # Threads for the engine; None follows torch.get_num_threads() at each call.
     num_threads: int | None = None
+    # Dynamic shapes: a graph traced with symbolic sizes keeps an engine program for each of
+    # this many size bindings (the most recently used); an older size is rebuilt when it returns.
+    dynamic_sizes: int = 64
 
     # --- debugging (README "Debugging"); each has an environment variable ---
     # Folder for graph and data dumps (AIRGRAPH_DUMP_DIR; default ./airgraph_dump).

@@ -15,7 +15,9 @@ node name and the user's source line to every engine node it creates.
 """
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from typing import Any, Callable
 
 import torch
@@ -78,16 +80,78 @@ def source_line(node: torch.fx.Node) -> str:
     return f"{f}:{line} in {fn}: {code.strip()}"
 
 
-def static_shape(t) -> list[int]:
-    out = []
-    for s in t.shape:
-        if not isinstance(s, int):
+# ---- symbolic sizes ---------------------------------------------------------------------
+#
+# A graph traced with dynamic shapes carries SymInts (sympy expressions of symbols s0, s1, ...
+# from Dynamo's ShapeEnv) in its FakeTensor metadata and as FX nodes in the arguments (sizes
+# of views, slice bounds). An engine program is lowered for one binding of those symbols
+# (compiler.SymbolicEngineGraph makes one per size); inside `bound_sizes(env)` every symbolic
+# size evaluates to its value in that binding. Never int() a SymInt here: that would add a
+# guard to Dynamo's ShapeEnv and return the size of the trace, not of this binding.
+
+_SIZES = threading.local()
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+@contextlib.contextmanager
+def bound_sizes(env: dict):
+    """Lower for one binding of the symbols: sympy Symbol -> int."""
+    import sympy
+
+    prev = getattr(_SIZES, "env", None)
+    _SIZES.env, _SIZES.memo = {s: sympy.Integer(v) for s, v in env.items()}, {}
+    try:
+        yield
+    finally:
+        _SIZES.env, _SIZES.memo = prev, {}
+
+
+def is_symbolic(v) -> bool:
+    return isinstance(v, _SYM_TYPES)
+
+
+def concrete(v):
+    """A SymInt/SymFloat/SymBool's value in the current binding (Unsupported outside one);
+    anything else unchanged."""
+    if not isinstance(v, _SYM_TYPES):
+        return v
+    expr = v.node.expr
+    env = getattr(_SIZES, "env", None)
+    if env is None:
+        raise Unsupported(f"symbolic size {v} outside a size binding")
+    memo = _SIZES.memo
+    r = memo.get(expr)
+    if r is None:
+        r = expr.xreplace(env)
+        if not r.is_number:
+            raise Unsupported(f"size {expr} depends on {sorted(map(str, r.free_symbols))}, which no input binds "
+                              "(a data-dependent size)")
+        r = bool(r) if isinstance(v, torch.SymBool) else int(r) if isinstance(v, torch.SymInt) else float(r)
+        memo[expr] = r
+    return r
+
+
+def concrete_arg(a):
+    """An FX argument with symbolic scalars (FX nodes whose value is a SymInt, SymInts in lists)
+    replaced by their values in the current binding; tensors and the rest unchanged."""
+    if isinstance(a, torch.fx.Node):
+        v = a.meta.get("val")
+        if isinstance(v, _SYM_TYPES) and getattr(_SIZES, "env", None) is not None:
             try:
-                s = int(s)
-            except Exception as e:  # symbolic
-                raise Unsupported(f"symbolic size {s}") from e
-        out.append(s)
-    return out
+                return concrete(v)
+            except Unsupported:
+                return a  # a symbol no input binds (a float argument): stays an engine input
+        return a
+    if isinstance(a, (list, tuple)):
+        return type(a)(concrete_arg(x) for x in a)
+    if isinstance(a, _SYM_TYPES):
+        return concrete(a)
+    return a
+
+
+def static_shape(t) -> list[int]:
+    """The sizes of a (Fake)Tensor in the current binding."""
+    return [s if isinstance(s, int) else concrete(s) for s in t.shape]
 
 
 class LowerCtx:

@@ -9,7 +9,7 @@ rounds the scalar to the tensor's dtype first, and so do we.
 """
 import torch
 
-from . import Unsupported, aten, engine_dtype, lowering
+from . import Unsupported, aten, engine_dtype, lowering, static_shape
 
 _FLOATS = {"float32", "float64", "bfloat16", "float16"}
 _HALF = {"bfloat16", "float16"}
@@ -409,7 +409,7 @@ def _masked_fill(ctx, node, x, mask, value):
         vm = _tensor_meta(value)
         if vm.dim() != 0:
             raise Unsupported("masked_fill value must be 0-d")
-    if list(xm.shape) != list(ctx.out_meta().shape):
+    if static_shape(xm) != static_shape(ctx.out_meta()):
         raise Unsupported("masked_fill mask broadcasts beyond the input")
     return _where(ctx, mask, value, x)
 

@@ -9,7 +9,7 @@ range-checked at run time.
 """
 import torch
 
-from . import Unsupported, aten, lowering
+from . import Unsupported, aten, lowering, static_shape
 from .shape import reshape
 
 _IDX = {"int64", "int32"}
@@ -182,7 +182,7 @@ def _masked_scatter(ctx, node, x, mask, source):
     v, m = ctx.value(x), ctx.value(mask)
     if ctx.dtype(m) != "bool":
         raise Unsupported("masked_scatter with a non-bool mask")
-    shape = [int(s) for s in ctx.out_meta().shape]
+    shape = static_shape(ctx.out_meta())
     if ctx.shape(v) != shape:
         v = ctx.emit("expand", [v], {"shape": shape})
     if ctx.shape(m) != shape:
