@@ -121,10 +121,11 @@ def _gears(gm: torch.fx.GraphModule, example_inputs) -> dict:
         ga = n.meta.get("grapharg")
         real = getattr(ga, "example", None) if ga is not None else None
         spec = getattr(real, "_airgraph_dim_gears", None)
-        if not spec or not isinstance(ex, torch.Tensor):
+        fake = n.meta.get("example_value")  # the traced (symbolic) sizes; example_inputs are real
+        if not spec or not isinstance(fake, torch.Tensor):
             continue
         for d, sizes in spec.items():
-            s = ex.shape[d]
+            s = fake.shape[d]
             if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
                 gears[s.node.expr] = sorted(set(sizes) | set(gears.get(s.node.expr, [])))
             else:

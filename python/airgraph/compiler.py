@@ -357,10 +357,10 @@ class EngineGraph:
 
 
 def _symbol_rules(gm: torch.fx.GraphModule):
-    """How each symbol is read from the arguments: [(position, dim or -1 for a scalar, Symbol)],
-    the first place it appears as a whole size; and every placeholder's expected sizes
-    [(position, dim, expr)] for error messages."""
-    rules, seen, expected = [], set(), []
+    """How each symbol is read from the arguments: [(position, dim or -1 for a scalar, Symbol, hint)],
+    the first place it appears as a whole size; every placeholder's expected sizes
+    [(position, name, dim, expr)]; and Symbol -> the first tensor dim it sizes, for messages."""
+    rules, seen, expected, where = [], set(), [], {}
     for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
         val = n.meta.get("val")
         if isinstance(val, torch.SymInt):
@@ -377,7 +377,11 @@ def _symbol_rules(gm: torch.fx.GraphModule):
                 seen.add(e)
                 rules.append((i, d, e, _hint(s)))
             expected.append((i, n.name, d, e))
-    return rules, expected
+            if e.is_Symbol and d >= 0 and e not in where:
+                where[e] = f"input {i} ({n.name}) dim {d}"
+    for _, _, e, _ in rules:
+        where.setdefault(e, "")
+    return rules, expected, where
 
 
 def _hint(s: torch.SymInt) -> int | None:
@@ -409,7 +413,7 @@ class SymbolicEngineGraph:
 
     def __init__(self, gm, consts, config: CompilerConfig, report: CompileReport, gears: dict | None = None):
         self.gm, self.consts, self.config, self.report = gm, consts, config, report
-        self.rules, self.expected = _symbol_rules(gm)
+        self.rules, self.expected, self.where = _symbol_rules(gm)
         self.symbols = [sym for _, _, sym, _ in self.rules]
         self.getters = [(i, d) for i, d, _, _ in self.rules]
         self.gears = {s: sorted(set(v)) for s, v in (gears or {}).items() if s in self.symbols}
@@ -432,8 +436,8 @@ class SymbolicEngineGraph:
             self._build(k, first=(k is keys[0]))
 
     def describe(self) -> str:
-        where = ", ".join(f"{sym} = input {i}" + (f" dim {d}" if d >= 0 else "") for i, d, sym, _ in self.rules)
-        return where
+        return ", ".join(f"{sym} = " + (self.where[sym] or f"input {i}" + (f" dim {d}" if d >= 0 else ""))
+                         for i, d, sym, _ in self.rules)
 
     def _env(self, key) -> dict:
         return dict(zip(self.symbols, key))
@@ -478,15 +482,15 @@ class SymbolicEngineGraph:
         for (i, d, sym, _), v in zip(self.rules, key):
             allowed = self.gears.get(sym)
             if allowed is not None and v not in allowed:
-                raise EngineError(f"input {i}" + (f" dim {d}" if d >= 0 else "") + f" is {v}, but "
-                                  f"airgraph.set_dim_gears allows only {allowed} for it ({sym})")
+                at = self.where[sym] or f"input {i}" + (f" dim {d}" if d >= 0 else "")
+                raise EngineError(f"graph_{self.gid}: {at} is {v}, but airgraph.set_dim_gears allows only "
+                                  f"{allowed} for it ({sym})")
         for i, name, d, expr in self.expected:
             a = args[i]
             got = a if d < 0 else a.shape[d] if isinstance(a, torch.Tensor) and d < a.dim() else None
             want = expr.xreplace(env)
             if got is None or (want.is_number and int(want) != got):
-                src = next(f"input {j}" + (f" dim {e}" if e >= 0 else "") for j, e, s, _ in self.rules
-                           if s in expr.free_symbols) if expr.free_symbols else ""
+                src = ", ".join(self.where[s] or str(s) for s in self.symbols if s in expr.free_symbols)
                 raise EngineError(f"graph_{self.gid}: input {i} ({name}) dim {d} is {got}, but the graph needs "
                                   f"{expr} = {want} with {self._key_text(key)} (bound from {src})")
 

@@ -282,7 +282,7 @@ def _div_mode(ctx, a, b, rounding_mode):
     return _binary(ctx, "div", a, b, {"rounding_mode": rounding_mode}, dt)
 
 
-@lowering(aten.div.Tensor, aten.div.Scalar)
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def _div(ctx, node, a, b):
     return _div_mode(ctx, a, b, None)
 

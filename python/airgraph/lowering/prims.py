@@ -114,3 +114,10 @@ def register_copies():
         c, v = _overload(copy), _overload(view)
         if c not in LOWERINGS and v in LOWERINGS:
             LOWERINGS[c] = LOWERINGS[v]
+
+
+@lowering(prims.convert_element_type.default)
+def _prims_convert(ctx, node, x, dtype):
+    if isinstance(x, torch.fx.Node):
+        return ctx.cast(ctx.value(x), dtype)
+    return ctx.const(x, dtype)
