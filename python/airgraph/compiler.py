@@ -92,13 +92,27 @@ def _check_against_meta(ctx: LowerCtx, node: torch.fx.Node, res):
             )
 
 
+def _needs_sizes(node: torch.fx.Node) -> bool:
+    """Does the node take symbolic scalars (sizes) as arguments? (computed once per node)"""
+    r = node.meta.get("_airgraph_sym_args")
+    if r is None:
+        r = any(is_symbolic(a.meta.get("val")) for a in node.all_input_nodes) or any(
+            is_symbolic(x) for x in torch.fx.node.map_aggregate((node.args, node.kwargs), lambda x: x)
+            if not isinstance(x, (tuple, list, dict)))
+        node.meta["_airgraph_sym_args"] = r
+    return r
+
+
 def lower_node(ctx: LowerCtx, node: torch.fx.Node):
     fn = LOWERINGS.get(node.target)
     if fn is None:
         raise Unsupported(f"no lowering for {target_name(node)}")
     ctx.node = node
     ctx._emitted = None
-    res = fn(ctx, node, *concrete_arg(node.args), **{k: concrete_arg(v) for k, v in node.kwargs.items()})
+    if _needs_sizes(node):
+        res = fn(ctx, node, *concrete_arg(node.args), **{k: concrete_arg(v) for k, v in node.kwargs.items()})
+    else:
+        res = fn(ctx, node, *node.args, **node.kwargs)
     _check_against_meta(ctx, node, res)
     return res
 

@@ -71,13 +71,17 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def source_line(node: torch.fx.Node) -> str:
-    """'model.py:42 in forward: x = self.fc(x)' from the FX node's stack trace."""
-    st = node.meta.get("stack_trace") or ""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', st)
-    if not frames:
-        return ""
-    f, line, fn, code = frames[-1]
-    return f"{f}:{line} in {fn}: {code.strip()}"
+    """'model.py:42 in forward: x = self.fc(x)' from the FX node's stack trace (parsed once per node)."""
+    src = node.meta.get("_airgraph_source")
+    if src is None:
+        st = node.meta.get("stack_trace") or ""
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', st)
+        src = ""
+        if frames:
+            f, line, fn, code = frames[-1]
+            src = f"{f}:{line} in {fn}: {code.strip()}"
+        node.meta["_airgraph_source"] = src
+    return src
 
 
 # ---- symbolic sizes ---------------------------------------------------------------------
@@ -134,6 +138,8 @@ def concrete(v):
 def concrete_arg(a):
     """An FX argument with symbolic scalars (FX nodes whose value is a SymInt, SymInts in lists)
     replaced by their values in the current binding; tensors and the rest unchanged."""
+    if getattr(_SIZES, "env", None) is None:
+        return a  # a static graph: nothing to substitute
     if isinstance(a, torch.fx.Node):
         v = a.meta.get("val")
         if isinstance(v, _SYM_TYPES) and getattr(_SIZES, "env", None) is not None:
@@ -151,7 +157,10 @@ def concrete_arg(a):
 
 def static_shape(t) -> list[int]:
     """The sizes of a (Fake)Tensor in the current binding."""
-    return [s if isinstance(s, int) else concrete(s) for s in t.shape]
+    shape = t.shape
+    if all(type(s) is int for s in shape):
+        return list(shape)
+    return [s if isinstance(s, int) else concrete(s) for s in shape]
 
 
 class LowerCtx:
