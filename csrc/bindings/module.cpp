@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -235,8 +236,8 @@ class PyExecutable {
   std::mutex last_mu;  // the profile of the call that finished last
   std::vector<int64_t> last_times, last_starts;
 
-  explicit PyExecutable(std::shared_ptr<const Program> p)
-      : prog(std::move(p)), pool(std::make_unique<ExecutorPool>(prog)) {}
+  explicit PyExecutable(std::shared_ptr<const Program> p, std::shared_ptr<ArenaSource> arena = nullptr)
+      : prog(std::move(p)), pool(std::make_unique<ExecutorPool>(prog, std::move(arena))) {}
 
   // Runs on an executor of the pool; the GIL must be released by the caller.
   void run_into(const void* const* ins, void* const* roots) {
@@ -358,12 +359,18 @@ NB_MODULE(_C, m) {
           nb::arg("after_pass") = nb::none())
       .def(
           "compile",
-          [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache) {
+          [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache,
+             std::shared_ptr<ArenaSource> arena) {
             dnnl_util::PrepackScope scope(cache);  // programs sharing a cache share packed weights
-            return new PyExecutable(compile_program(*g.g, inplace, fault_node));
+            return new PyExecutable(compile_program(*g.g, inplace, fault_node), std::move(arena));
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
-          nb::rv_policy::take_ownership);
+          nb::arg("arena").none() = nb::none(), nb::rv_policy::take_ownership);
+
+  // Arena memory shared by the programs of one graph's sizes (leased per call).
+  nb::class_<ArenaSource>(m, "ArenaSource")
+      .def(nb::init<>())
+      .def_prop_ro("bytes_held", &ArenaSource::bytes_held);
 
   // Packed weights shared by the programs one graph builds for several sizes (one per set of
   // bound weights; kept by the front, passed to compile()).

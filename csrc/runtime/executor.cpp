@@ -121,24 +121,74 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
   return prog;
 }
 
-Executor::Executor(std::shared_ptr<const Program> p) : prog_(std::move(p)) {
+Executor::Executor(std::shared_ptr<const Program> p, std::shared_ptr<ArenaSource> arena)
+    : prog_(std::move(p)), source_(std::move(arena)) {
   const Program& P = *prog_;
-  const size_t values = (P.arena_bytes + 63) / 64 * 64;
-  arena_ = aligned_buffer(values + P.scratch_bytes);
+  values_ = (P.arena_bytes + 63) / 64 * 64;
   ops_ = P.operands;
-  char* base = static_cast<char*>(arena_.get());
-  for (size_t i = 0; i < ops_.size(); ++i)
-    if (P.arena_offsets[i] >= 0) ops_[i] = base + P.arena_offsets[i];
   states_.reserve(P.kernels.size());
   ctx_.reserve(P.instrs.size());
   for (const Instr& ins : P.instrs) {
     states_.push_back(ins.kernel->make_state());
-    ctx_.push_back(RunCtx{ins.kernel->scratch_bytes() ? base + values : nullptr, states_.back().get()});
+    ctx_.push_back(RunCtx{nullptr, states_.back().get()});
   }
+  if (!source_) {
+    arena_ = aligned_buffer(values_ + P.scratch_bytes);
+    rebase(static_cast<char*>(arena_.get()));
+  }
+}
+
+void Executor::rebase(char* base) {
+  const Program& P = *prog_;
+  for (size_t i = 0; i < ops_.size(); ++i)
+    if (P.arena_offsets[i] >= 0) ops_[i] = base + P.arena_offsets[i];
+  for (size_t i = 0; i < P.instrs.size(); ++i)
+    ctx_[i].scratch = P.instrs[i].kernel->scratch_bytes() ? base + values_ : nullptr;
+  base_ = base;
+}
+
+ArenaSource::Lease ArenaSource::acquire(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t i = 0; i < idle_.size(); ++i) {
+      if (idle_[i].bytes < bytes) continue;
+      Lease l = std::move(idle_[i]);
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+      return l;
+    }
+    largest_ = std::max(largest_, bytes);
+    bytes = largest_;
+  }
+  return Lease{aligned_buffer(bytes), bytes};  // outside the lock
+}
+
+void ArenaSource::release(Lease l) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (l.bytes < largest_) return;  // outgrown: freed
+  idle_.push_back(std::move(l));
+}
+
+size_t ArenaSource::bytes_held() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  size_t n = 0;
+  for (const Lease& l : idle_) n += l.bytes;
+  return n;
 }
 
 void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
   const Program& P = *prog_;
+  struct Leased {  // the arena of this call, from the shared source (returned on every exit)
+    ArenaSource* src;
+    ArenaSource::Lease l;
+    ~Leased() {
+      if (src) src->release(std::move(l));
+    }
+  } leased{source_.get(), {}};
+  if (source_) {
+    leased.l = source_->acquire(values_ + P.scratch_bytes);
+    char* base = static_cast<char*>(leased.l.buf.get());
+    if (base != base_) rebase(base);
+  }
   for (const Patch& p : P.patches) {
     char* base = p.kind == LocKind::Input ? static_cast<char*>(const_cast<void*>(inputs[p.index])) : static_cast<char*>(ext_roots[p.index]);
     ops_[p.pos] = base + p.offset;
@@ -207,7 +257,7 @@ ExecutorPool::Lease ExecutorPool::acquire() {
     }
     ++made_;
   }
-  return Lease(this, std::make_unique<Executor>(prog_));  // built outside the lock
+  return Lease(this, std::make_unique<Executor>(prog_, arena_));  // built outside the lock
 }
 
 void ExecutorPool::release(std::unique_ptr<Executor> e) {

@@ -74,6 +74,26 @@ class Program {
 std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace = true,
                                          const std::string& fault_node = "");
 
+// Arena memory shared by the programs one graph builds for its sizes (compiler.py's
+// SymbolicEngineGraph): an executor of such a program leases a buffer for each call instead of
+// owning one, so the memory held is one arena of the largest size seen per concurrent caller,
+// not one per size. A released buffer smaller than the largest seen is freed.
+class ArenaSource {
+ public:
+  struct Lease {
+    std::shared_ptr<void> buf;
+    size_t bytes = 0;
+  };
+  Lease acquire(size_t bytes);
+  void release(Lease l);
+  size_t bytes_held() const;  // idle buffers (all of them when no call runs)
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Lease> idle_;
+  size_t largest_ = 0;
+};
+
 // An output buffer handed back to the caller; `owner` frees it.
 struct OutBuffer {
   void* data;
@@ -83,7 +103,8 @@ struct OutBuffer {
 
 class Executor {
  public:
-  explicit Executor(std::shared_ptr<const Program> p);
+  // With `arena`, each call leases its arena from that source (see ArenaSource).
+  explicit Executor(std::shared_ptr<const Program> p, std::shared_ptr<ArenaSource> arena = nullptr);
   // inputs[i] points at contiguous data of program->input_types[i] (checked by the caller).
   std::vector<OutBuffer> run(const std::vector<void*>& inputs);
   // The same with caller-provided buffers for the external roots (one per
@@ -97,9 +118,13 @@ class Executor {
   const std::vector<int64_t>& last_starts_ns() const { return starts_; }
 
  private:
+  void rebase(char* base);  // points the arena operands and scratch into `base`
   std::shared_ptr<const Program> prog_;
   std::vector<void*> ops_;
   std::shared_ptr<void> arena_;
+  std::shared_ptr<ArenaSource> source_;
+  char* base_ = nullptr;  // where the arena operands point now
+  size_t values_ = 0;     // arena bytes of the values (scratch follows)
   std::vector<std::unique_ptr<KernelState>> states_;
   std::vector<RunCtx> ctx_;  // per instruction
   bool profiling_ = false;
@@ -111,7 +136,8 @@ class Executor {
 // many as the most callers ever seen at once), and the lease returns it.
 class ExecutorPool {
  public:
-  explicit ExecutorPool(std::shared_ptr<const Program> p) : prog_(std::move(p)) {}
+  explicit ExecutorPool(std::shared_ptr<const Program> p, std::shared_ptr<ArenaSource> arena = nullptr)
+      : prog_(std::move(p)), arena_(std::move(arena)) {}
   class Lease {
    public:
     Lease(ExecutorPool* pool, std::unique_ptr<Executor> e) : pool_(pool), e_(std::move(e)) {}
@@ -133,6 +159,7 @@ class ExecutorPool {
  private:
   void release(std::unique_ptr<Executor> e);
   std::shared_ptr<const Program> prog_;
+  std::shared_ptr<ArenaSource> arena_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Executor>> idle_;
   size_t made_ = 0;

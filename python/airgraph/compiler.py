@@ -192,7 +192,7 @@ class EngineGraph:
     """One engine executable plus how to feed it from the FX graph's arguments."""
 
     def __init__(self, gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
-                 report: CompileReport, prepack_cache=None):
+                 report: CompileReport, prepack_cache=None, arena=None):
         t0 = time.perf_counter()
         self.gid = next(_GRAPH_IDS)
         self.gm = gm
@@ -261,7 +261,7 @@ class EngineGraph:
         if config.dump_data:
             self._expose_for_dump(g)
         self.graph_text = str(g)
-        self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache)
+        self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena)
         self.exe.set_profiling(config.profile)
         self._plan_call()
         self.profiles = collections.deque(maxlen=1000)  # (starts ns, durations ns) per call
@@ -432,6 +432,7 @@ class SymbolicEngineGraph:
         self.getters = [(i, d) for i, d, _, _ in self.rules]
         self.gears = {s: sorted(set(v)) for s, v in (gears or {}).items() if s in self.symbols}
         self.prepack_cache = C.PrepackCache()  # weights packed once for every size
+        self.arena = C.ArenaSource()  # one arena (of the largest size seen) per concurrent caller
         self.instances: collections.OrderedDict = collections.OrderedDict()
         self.lock = threading.Lock()
         self.gid = next(_GRAPH_IDS)
@@ -462,7 +463,7 @@ class SymbolicEngineGraph:
         report = self.report if first else CompileReport()
         try:
             with bound_sizes(env):
-                eg = EngineGraph(self.gm, self.consts, self.config, report, self.prepack_cache)
+                eg = EngineGraph(self.gm, self.consts, self.config, report, self.prepack_cache, self.arena)
         except (Unsupported, EngineError) as e:
             if first or not self.config.fallback:
                 raise

@@ -182,6 +182,40 @@ def test_random_sizes_match_eager_and_plans_stay_static():
         arenas[max(key)] = st["arena_bytes"]  # the sequence length (the batch is 2)
     small, large = min(arenas), max(arenas)
     assert arenas[small] < arenas[large], f"the arena does not follow the size: {arenas}"
+    # the programs share one arena, of the largest size seen, not one each
+    need = max((st["arena_bytes"] + 63) // 64 * 64 + st["scratch_bytes"]
+               for st in (run.__self__.exe.stats() for run in syms[0].instances.values()))
+    assert syms[0].arena.bytes_held == need, (syms[0].arena.bytes_held, need)
+
+
+def test_threads_at_different_sizes():
+    """Callers in several threads, each with its own sizes, share the graph (and its arena source)."""
+    import threading
+
+    w = torch.randn(32, 32)
+
+    def f(x):
+        return torch.softmax(torch.tanh(x @ w) @ w.t(), -1)
+
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=_Counting(), dynamic=True)
+    c(torch.randn(3, 32))  # compile once
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(30):
+                x = torch.randn(2 + (k * 7 + i) % 23, 32)
+                assert_close(c(x), f(x), msg=f"thread {k} call {i}")
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
 
 
 def test_programs_share_packed_weights():
