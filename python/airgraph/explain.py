@@ -75,15 +75,24 @@ class ExplainReport:
             lines.append(f"{op:<48} {a:>7} {b:>9}")
         for n in self.fallbacks():
             lines.append(f"  fallback {n.name} ({n.target}): {n.reason}" + (f"\n    at {n.source}" if n.source else ""))
+        for r in self.reports:
+            for g in r.symbolic:
+                ms = sorted(g.build_ms)
+                lines.append(f"  graph_{g.gid} has symbolic sizes: {g.describe()}; {len(ms)} size(s) built, "
+                             f"engine work per new size {ms[len(ms) // 2]:.1f} ms (median)"
+                             + (f"; gears {dict((str(k), v) for k, v in g.gears.items())}" if g.gears else ""))
         return "\n".join(lines)
 
 
-def explain(model, *inputs, config: CompilerConfig | None = None, **kwargs) -> ExplainReport:
-    """Compiles `model` with airgraph, runs it once on `inputs` and reports every ATen node."""
+def explain(model, *inputs, config: CompilerConfig | None = None, dynamic: bool | None = False,
+            **kwargs) -> ExplainReport:
+    """Compiles `model` with airgraph, runs it once on `inputs` and reports every ATen node.
+    dynamic=True compiles with symbolic sizes (as torch.compile(..., dynamic=True) would); the
+    report then names each graph's symbols and where they are read from."""
     try:
         with _backend.collect_reports() as sink:
             torch._dynamo.reset()
-            compiled = torch.compile(model, backend=_backend.get_backend(config), dynamic=False)
+            compiled = torch.compile(model, backend=_backend.get_backend(config), dynamic=dynamic)
             with torch.no_grad():
                 compiled(*inputs, **kwargs)
     finally:

@@ -341,3 +341,10 @@ def test_zoo_dynamic(name):
     assert syms and all(n.native for r in reps for n in r.nodes), "fallback nodes"
     assert sum(len(g.build_ms) for g in syms) >= 2
     assert all(re.match(r"s\d+ = input", g.describe()) for g in syms)
+
+
+def test_explain_names_the_symbols():
+    w = torch.randn(8, 8)
+    r = airgraph.explain(lambda x: (x @ w).relu(), torch.randn(5, 8), dynamic=True)
+    assert r.fallback_nodes == 0
+    assert re.search(r"graph_\d+ has symbolic sizes: s\d+ = input \d+ \(\w+\) dim 0; 1 size\(s\) built", str(r)), str(r)
