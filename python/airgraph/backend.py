@@ -15,7 +15,7 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from .compiler import CompileReport, compile_aten_graph
+from .compiler import CompileReport, ShapeSpec, compile_aten_graph
 from .config import CompilerConfig
 from .decompositions import decomposition_table
 
@@ -134,6 +134,18 @@ def _gears(gm: torch.fx.GraphModule, example_inputs) -> dict:
     return gears
 
 
+def _float_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
+    """Python floats Dynamo passes as 0-d tensors (dynamic=True unspecializes floats such as a
+    norm's eps or an attention scale): position -> example value."""
+    out = {}
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (n, ex) in enumerate(zip(phs, example_inputs)):
+        ga = n.meta.get("grapharg")
+        if getattr(ga, "pass_arg_as_tensor", False) and isinstance(ex, torch.Tensor) and ex.dim() == 0:
+            out[i] = ex.item()
+    return out
+
+
 def set_dim_gears(t: torch.Tensor, dim_gears: dict[int, list[int]]):
     """Declares that dims of `t` only take the listed sizes (TorchAir's set_dim_gears): the
     compiled graph is traced once with those dims symbolic, an engine program is built for every
@@ -158,7 +170,7 @@ def set_dim_gears(t: torch.Tensor, dim_gears: dict[int, list[int]]):
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, params: dict[int, str],
-             gears: dict | None = None):
+             spec: ShapeSpec | None = None):
     report = CompileReport()
     for sink in _REPORT_SINKS:
         sink.append(report)
@@ -166,7 +178,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
         consts = _constants(aot_gm, real, params)
-        return compile_aten_graph(aot_gm, consts, config, report, const_names=params, gears=gears)
+        s = spec
+        if s is not None and s.values and sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder") != len(real):
+            s = ShapeSpec(s.gears, {})  # AOTAutograd renumbered the inputs: the values stay inputs
+        return compile_aten_graph(aot_gm, consts, config, report, const_names=params, spec=s)
 
     def bw_compiler(aot_gm, aot_inputs):
         # airgraph is an inference engine; gradients run in PyTorch.
@@ -189,7 +204,8 @@ def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerC
     params = _param_positions(gm, example_inputs)
     # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
     # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
-    return _compile(gm, example_inputs, config, params, _gears(gm, example_inputs))
+    spec = ShapeSpec(_gears(gm, example_inputs), _float_values(gm, example_inputs))
+    return _compile(gm, example_inputs, config, params, spec)
 
 
 def get_backend(config: CompilerConfig | None = None):

@@ -370,6 +370,17 @@ class EngineGraph:
 # size runs with the static program's speed and its exact memory plan.
 
 
+@dataclass
+class ShapeSpec:
+    """What the backend knows beyond the ATen graph: gears (Symbol -> allowed sizes, from
+    set_dim_gears) and value inputs (argument position -> example value: Python floats that Dynamo
+    passes as 0-d tensors under dynamic=True, such as a norm's eps; each program binds their value as
+    a constant, so that folding and fusion see them, and a new value builds a new program)."""
+
+    gears: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)
+
+
 def _symbol_rules(gm: torch.fx.GraphModule):
     """How each symbol is read from the arguments: [(position, dim or -1 for a scalar, Symbol, hint)],
     the first place it appears as a whole size; every placeholder's expected sizes
@@ -425,12 +436,17 @@ class SymbolicEngineGraph:
     least recently used first out). `gears` (Symbol -> allowed sizes) restricts a symbol to a set of
     sizes, all built now; any other size is an error."""
 
-    def __init__(self, gm, consts, config: CompilerConfig, report: CompileReport, gears: dict | None = None):
+    def __init__(self, gm, consts, config: CompilerConfig, report: CompileReport, spec: ShapeSpec | None = None):
+        spec = spec or ShapeSpec()
         self.gm, self.consts, self.config, self.report = gm, consts, config, report
         self.rules, self.expected, self.where = _symbol_rules(gm)
         self.symbols = [sym for _, _, sym, _ in self.rules]
         self.getters = [(i, d) for i, d, _, _ in self.rules]
-        self.gears = {s: sorted(set(v)) for s, v in (gears or {}).items() if s in self.symbols}
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.values = sorted(i for i in spec.values if i not in consts and i < len(phs)
+                             and _is_tensor_meta(phs[i].meta.get("val")) and phs[i].meta["val"].dim() == 0)
+        self.value_dtypes = [phs[i].meta["val"].dtype for i in self.values]
+        self.gears = {s: sorted(set(v)) for s, v in spec.gears.items() if s in self.symbols}
         self.prepack_cache = C.PrepackCache()  # weights packed once for every size
         self.arena = C.ArenaSource()  # one arena (of the largest size seen) per concurrent caller
         self.instances: collections.OrderedDict = collections.OrderedDict()
@@ -442,11 +458,12 @@ class SymbolicEngineGraph:
         hint = tuple(h for _, _, _, h in self.rules)
         if any(h is None for h in hint):
             raise Unsupported("a symbolic input size has no example value")
-        keys = [hint]
+        vals = tuple(spec.values[i] for i in self.values)
+        keys = [hint + vals]
         if self.gears:
             keys = []
             for combo in itertools.product(*[self.gears.get(s, [h]) for s, h in zip(self.symbols, hint)]):
-                keys.append(tuple(combo))
+                keys.append(tuple(combo) + vals)
         for k in keys:
             self._build(k, first=(k is keys[0]))
 
@@ -461,9 +478,14 @@ class SymbolicEngineGraph:
         t0 = time.perf_counter()
         env = self._env(key)
         report = self.report if first else CompileReport()
+        consts = self.consts
+        if self.values:  # this program's values of the scalar inputs, as constants
+            vals = key[len(self.symbols):]
+            consts = {**consts, **{i: torch.tensor(v, dtype=dt)
+                                   for i, v, dt in zip(self.values, vals, self.value_dtypes)}}
         try:
             with bound_sizes(env):
-                eg = EngineGraph(self.gm, self.consts, self.config, report, self.prepack_cache, self.arena)
+                eg = EngineGraph(self.gm, consts, self.config, report, self.prepack_cache, self.arena)
         except (Unsupported, EngineError) as e:
             if first or not self.config.fallback:
                 raise
@@ -483,7 +505,9 @@ class SymbolicEngineGraph:
         return run
 
     def _key_text(self, key) -> str:
-        return ", ".join(f"{s}={v}" for s, v in zip(self.symbols, key))
+        phs = [n.name for n in self.gm.graph.nodes if n.op == "placeholder"]
+        return ", ".join([f"{s}={v}" for s, v in zip(self.symbols, key)]
+                         + [f"{phs[i]}={v:g}" for i, v in zip(self.values, key[len(self.symbols):])])
 
     def _eager(self, args):
         out = self.gm(*args)
@@ -512,6 +536,8 @@ class SymbolicEngineGraph:
     def run(self, args):
         try:
             key = tuple(args[i] if d < 0 else args[i].shape[d] for i, d in self.getters)
+            if self.values:
+                key += tuple(args[i].item() for i in self.values)
         except (IndexError, AttributeError) as e:
             raise EngineError(f"graph_{self.gid}: the arguments do not match the traced graph ({e})") from None
         run = self.instances.get(key)
@@ -528,10 +554,10 @@ class SymbolicEngineGraph:
             raise
 
 
-def make_engine_graph(gm, consts, config, report, gears=None):
-    """An EngineGraph, or a SymbolicEngineGraph when `gm` carries symbolic sizes."""
-    if graph_symbols(gm):
-        return SymbolicEngineGraph(gm, consts, config, report, gears)
+def make_engine_graph(gm, consts, config, report, spec: ShapeSpec | None = None):
+    """An EngineGraph, or a SymbolicEngineGraph when `gm` carries symbolic sizes (or value inputs)."""
+    if graph_symbols(gm) or (spec is not None and spec.values):
+        return SymbolicEngineGraph(gm, consts, config, report, spec)
     return EngineGraph(gm, consts, config, report)
 
 
@@ -777,7 +803,8 @@ def _checked(binder: _Binder):
 
 
 def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
-                       report: CompileReport, const_names: dict[int, str] | None = None, gears: dict | None = None):
+                       report: CompileReport, const_names: dict[int, str] | None = None,
+                       spec: ShapeSpec | None = None):
     """Returns a boxed callable (takes a list of args) that runs `gm`.
 
     consts: argument position -> parameter or buffer to bind as a constant (checked on every
@@ -786,19 +813,19 @@ def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return _compile_aten_graph(gm, consts, config, report, const_names, gears)
+        return _compile_aten_graph(gm, consts, config, report, const_names, spec)
 
 
-def _compile_aten_graph(gm, consts, config, report, const_names, gears=None):
+def _compile_aten_graph(gm, consts, config, report, const_names, spec=None):
     t0 = time.perf_counter()
     if graph_symbols(gm):
         # which nodes the engine takes is decided at the traced sizes
         with bound_sizes(hint_sizes(gm)):
-            return _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0)
-    return _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0)
+            return _compile_aten_graph_at(gm, consts, config, report, const_names, spec, t0)
+    return _compile_aten_graph_at(gm, consts, config, report, const_names, spec, t0)
 
 
-def _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0):
+def _compile_aten_graph_at(gm, consts, config, report, const_names, spec, t0):
     if config.run_eagerly:
         from .debug.eager import eager_runner
 
@@ -820,7 +847,7 @@ def _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0):
 
     if not unsupported:
         try:
-            binder = _Binder(_whole_graph_builder(gm, config, gears), consts, const_names, config, report)
+            binder = _Binder(_whole_graph_builder(gm, config, spec), consts, const_names, config, report)
             report.compile_ms = (time.perf_counter() - t0) * 1000
             return _checked(binder)
         except Unsupported as e:
@@ -851,20 +878,20 @@ def _compile_aten_graph_at(gm, consts, config, report, const_names, gears, t0):
         regions.append((node.target, sub, cmap, fixed, single))
     # only constants an engine region reads are bound (and checked); PyTorch nodes read their arguments per call
     used = {p for _, _, cmap, _, _ in regions for p in cmap.values()}
-    binder = _Binder(_regions_builder(fused, regions, config, gears), {i: t for i, t in consts.items() if i in used},
+    binder = _Binder(_regions_builder(fused, regions, config, spec, outer_pos), {i: t for i, t in consts.items() if i in used},
                      const_names, config, report)
     fused.recompile()
     report.compile_ms = (time.perf_counter() - t0) * 1000
     return _checked(binder)
 
 
-def _whole_graph_builder(gm, config, gears):
+def _whole_graph_builder(gm, config, spec):
     def build(consts, changed, prev, report):
         if prev is None:
-            eg = make_engine_graph(gm, consts, config, report, gears)  # Unsupported: the caller runs gm in PyTorch
+            eg = make_engine_graph(gm, consts, config, report, spec)  # Unsupported: the caller runs gm in PyTorch
             return eg.run, [eg]
         try:
-            eg = make_engine_graph(gm, consts, config, report, gears)
+            eg = make_engine_graph(gm, consts, config, report, spec)
         except (Unsupported, EngineError) as e:
             log.warning("airgraph: rebuilding the engine graph for the new weights failed (%s); it runs in "
                         "PyTorch from now on", e)
@@ -874,7 +901,7 @@ def _whole_graph_builder(gm, config, gears):
     return build
 
 
-def _regions_builder(fused, regions, config, gears):
+def _regions_builder(fused, regions, config, spec, outer_pos):
     def build(consts, changed, prev, report):
         graphs = []
         for target, sub, cmap, fixed, single in regions:
@@ -888,7 +915,7 @@ def _regions_builder(fused, regions, config, gears):
             sub_consts = {j: consts[p] for j, p in cmap.items() if p in consts}
             sub_consts.update(fixed)
             try:
-                eg = make_engine_graph(sub, sub_consts, config, report, gears)
+                eg = make_engine_graph(sub, sub_consts, config, report, _region_spec(spec, fused, target, outer_pos))
             except (Unsupported, EngineError) as e:
                 if prev is None and isinstance(e, EngineError):
                     raise
@@ -903,6 +930,16 @@ def _regions_builder(fused, regions, config, gears):
         return _boxed(fused), graphs
 
     return build
+
+
+def _region_spec(spec, fused, target, outer_pos):
+    """The ShapeSpec of one region: its value inputs renumbered to the region's arguments."""
+    if spec is None or not spec.values:
+        return spec
+    node = next(n for n in fused.graph.nodes if n.op == "call_module" and n.target == target)
+    values = {j: spec.values[outer_pos[a]] for j, a in enumerate(node.args)
+              if a in outer_pos and outer_pos[a] in spec.values}
+    return ShapeSpec(spec.gears, values)
 
 
 def _boxed(gm):

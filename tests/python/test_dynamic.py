@@ -347,4 +347,38 @@ def test_explain_names_the_symbols():
     w = torch.randn(8, 8)
     r = airgraph.explain(lambda x: (x @ w).relu(), torch.randn(5, 8), dynamic=True)
     assert r.fallback_nodes == 0
-    assert re.search(r"graph_\d+ has symbolic sizes: s\d+ = input \d+ \(\w+\) dim 0; 1 size\(s\) built", str(r)), str(r)
+    assert re.search(r"graph_\d+ has symbolic sizes: s\d+ = input \d+ \(\w+\) dim 0, s\d+ = input \d+ \(\w+\) dim 1; "
+                     r"1 size\(s\) built", str(r)), str(r)
+
+
+class _RMSNorm(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(n) + 0.5, requires_grad=False)
+        self.eps = 1e-6
+        self.scale = 0.5
+
+    def forward(self, x):
+        v = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(v + self.eps) * self.weight * self.scale
+
+
+def test_float_attributes_are_constants_per_program():
+    """dynamic=True passes module floats (eps, scales) as 0-d tensors: each program binds their
+    values as constants, so the RMSNorm still fuses; a changed value builds a new program."""
+    m = _RMSNorm(16).eval()
+    torch._dynamo.reset()
+    be = _Counting()
+    c = torch.compile(m, backend=be, dynamic=True)
+    with torch.no_grad(), collect_reports() as reps:
+        for n in (3, 5):
+            x = torch.randn(n, 16)
+            assert_close(c(x), m(x))
+        m.eps, m.scale = 0.25, 2.0  # large enough to change the result
+        x = torch.randn(5, 16)
+        assert_close(c(x), m(x), msg="after changing the float attributes")
+    sg = [g for r in reps for g in r.symbolic][0]
+    assert sg.values, "the float attributes should be value inputs"
+    assert len(sg.build_ms) == 3, sg.build_ms
+    ops = [line for line in reps[0].graphs[0].graph_text.splitlines() if "rms_norm(" in line]
+    assert ops, "RMSNorm did not fuse: " + reps[0].graphs[0].graph_text
