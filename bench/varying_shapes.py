@@ -9,7 +9,7 @@ set_dim_gears on the sequence dim (the 16 lengths, built when compiling); and ai
 (dynamic=False: one compile per size, made for the three steady sizes only: the reference for
 steady latency).
 
-Total: the 48 calls of one pass over every (length, batch) in serving order, compiles included,
+Total: the 48 calls (16 lengths x 3 batches) of one pass over every (length, batch) in serving order, compiles included,
 each backend compiled fresh (torch._dynamo.reset) before its pass. Steady latency: after every
 backend has seen every size, rounds over three sizes call each backend in a rotated order
 (interleaved, so the VM's drift hits all alike); medians per size. Dynamo graphs: how many graphs
@@ -45,6 +45,8 @@ def main():
     ap.add_argument("--size", default="small", choices=("small", "full"))
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json", default="")
+    ap.add_argument("--lengths", type=int, default=16, help="how many sequence lengths (a smoke run uses fewer)")
+    ap.add_argument("--backends", default="eager,inductor,airgraph,airgraph-gears,airgraph-static")
     a = ap.parse_args()
     torch.set_num_threads(THREADS)
     import airgraph
@@ -55,10 +57,10 @@ def main():
     model, _, _ = zoo.build("bert", a.size)
     vocab = 1000 if a.size == "small" else 30522
     step = 4 if a.size == "small" else 8
-    lengths = [step * (i + 1) for i in range(16)]
+    lengths = [step * (i + 1) for i in range(16)][16 - a.lengths:]
     batches = [1, 2, 4]
     order = [(b, s) for s in lengths for b in batches]
-    steady = [(1, lengths[3]), (2, lengths[9]), (4, lengths[15])]
+    steady = [(1, lengths[len(lengths) // 4]), (2, lengths[len(lengths) * 5 // 8]), (4, lengths[-1])]
 
     def counting(be):
         n = [0]
@@ -72,7 +74,7 @@ def main():
     results = {}
     compiled = {}
     sinks = {}
-    for name in ("eager", "inductor", "airgraph", "airgraph-gears", "airgraph-static"):
+    for name in a.backends.split(","):
         torch._dynamo.reset()
         if name == "eager":
             fn, n = model, [0]
@@ -118,8 +120,8 @@ def main():
     for nm in names:
         results[nm]["steady_ms"] = {k: statistics.median(v) for k, v in lat[nm].items()}
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
-    print(f"\nVarying shapes: zoo BERT {a.size}, 16 lengths ({lengths[0]}..{lengths[-1]}) x batch {batches}, "
-          f"48 calls; {cpu}, {THREADS} threads, torch {torch.__version__}\n")
+    print(f"\nVarying shapes: zoo BERT {a.size}, {len(lengths)} lengths ({lengths[0]}..{lengths[-1]}) x batch {batches}, "
+          f"{len(order)} calls; {cpu}, {THREADS} threads, torch {torch.__version__}\n")
     hdr = "| backend | total, compiles included (s) | Dynamo graphs | engine programs (median ms each) | " + \
         " | ".join(f"steady {k} (ms)" for k in lat[names[0]]) + " |"
     print(hdr)
@@ -130,12 +132,13 @@ def main():
         total = f"{r['total_s']:.2f}" if nm != "airgraph-static" else f"({r['total_s']:.2f} for 3 sizes)"
         print(f"| {nm} | {total} | {r['dynamo_graphs'] if nm != 'eager' else '-'} | {eb} | "
               + " | ".join(f"{v:.2f}" for v in r["steady_ms"].values()) + " |")
-    ind = results["inductor"]["total_s"]
     for nm in ("airgraph", "airgraph-gears"):
+        if nm not in results or "airgraph-static" not in results:
+            continue
         r = results[nm]
         ratio = [r["steady_ms"][k] / results["airgraph-static"]["steady_ms"][k] for k in r["steady_ms"]]
-        print(f"\n{nm}: total {r['total_s'] / ind:.2f}x Inductor's; steady latency / static: "
-              + ", ".join(f"{x:.2f}" for x in ratio))
+        vs = f"total {r['total_s'] / results['inductor']['total_s']:.2f}x Inductor's; " if "inductor" in results else ""
+        print(f"\n{nm}: {vs}steady latency / static: " + ", ".join(f"{x:.2f}" for x in ratio))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(size=a.size, cpu=cpu, results=results), f, indent=1)

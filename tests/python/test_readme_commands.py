@@ -315,3 +315,23 @@ def test_readme_opinfo_sweep_commands(i):
     listed = {ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")}
     lost = sorted(listed & set(line.split(":", 1)[1].split()))
     assert not lost, f"ops listed native in {dtype} now fall back: {lost}"
+
+
+def test_varying_shapes_benchmark_small():
+    # The README's varying-shapes benchmark on BERT small with 4 lengths, without Inductor (its
+    # compiles alone would take a minute here); the whole table is the benchmark's job.
+    out = _ok(_python(["bench/varying_shapes.py", "--size", "small", "--lengths", "4", "--rounds", "2",
+                       "--backends", "eager,airgraph,airgraph-gears,airgraph-static"], timeout=600))
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert {"eager", "airgraph", "airgraph-gears", "airgraph-static"} <= set(rows), out
+    gears = [c.strip() for c in rows["airgraph-gears"].split("|")]
+    assert gears[4].startswith("12 ("), f"4 lengths x 3 batches: 12 engine programs expected\n{out}"
+    assert "steady latency / static" in out
+
+
+def test_zoo_dynamic_benchmark_one_model():
+    out = _ok(_python(["bench/zoo_dynamic.py", "--models", "bert", "--rounds", "3"], timeout=600))
+    row = next(line for line in out.splitlines() if line.startswith("| bert"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[4] == "0", f"fallback nodes: {row}"
+    assert float(cells[5]) < 1e-4, f"differs from eager: {row}"
