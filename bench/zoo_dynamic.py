@@ -22,25 +22,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
-BATCH_ONLY = {"swin", "mobilenetv2", "upernet"}
-
-
-def resized(args, k):
-    out = []
-    for a in args:
-        if a.dtype == torch.long and a.dim() == 2:
-            b, s = a.shape
-            if a.max() <= 1:
-                t = torch.ones(b, s + k, dtype=a.dtype)
-                t[0, -1] = 0
-            else:
-                t = torch.randint(1, int(a.max()) + 1, (b, s + k), generator=torch.Generator().manual_seed(k))
-            out.append(t)
-        elif a.is_floating_point() and a.dim() == 4:
-            out.append(torch.randn(a.shape[0] + k, *a.shape[1:], dtype=a.dtype))
-        else:
-            out.append(a)
-    return tuple(out)
 
 
 def main():
@@ -73,12 +54,12 @@ def main():
             return be(gm, ex)
 
         torch._dynamo.reset()
-        dyn = name not in BATCH_ONLY
+        dyn = name not in zoo.DYNAMIC_BATCH_ONLY
         c = torch.compile(model, backend=counting, dynamic=True if dyn else None)
         diffs, sizes = [], []
         with torch.no_grad(), collect_reports() as reps:
             for k in (0, 3, 1):
-                x = resized(args, k)
+                x = zoo.resized_inputs(args, k)
                 if not dyn:
                     torch._dynamo.mark_dynamic(x[0], 0)
                 got, want = _flat(c(*x, **kw)), _flat(model(*x, **kw))
@@ -88,7 +69,7 @@ def main():
         fb = sum(1 for r in reps for nd in r.nodes if not nd.native)
         builds = [ms for r in reps for g in r.symbolic for ms in g.build_ms[1:]]
         static = torch.compile(model, backend=airgraph.get_backend(), dynamic=False)
-        x = resized(args, 1)
+        x = zoo.resized_inputs(args, 1)
         lat = {"d": [], "s": []}
         with torch.no_grad():
             static(*x, **kw)

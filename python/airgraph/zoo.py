@@ -109,6 +109,34 @@ def _pixels(batch: int, size: int, dtype: torch.dtype, channels: int = 3) -> tor
     return torch.randn(batch, channels, size, size).to(dtype)
 
 
+# Vision models whose dynamic=True trace costs Dynamo minutes (it makes height and width symbolic
+# and traces window partitioning and TF-style padding with them): their dynamic checks and
+# benchmarks mark only the batch dynamic (torch._dynamo.mark_dynamic).
+DYNAMIC_BATCH_ONLY = frozenset({"swin", "mobilenetv2", "upernet"})
+
+
+def resized_inputs(args: tuple, k: int) -> tuple:
+    """A zoo model's inputs at another size: NLP token ids and masks ([batch, seq]) grow the
+    sequence by k tokens (fresh random ids, the mask padded at the end of the first row), vision
+    pixels ([batch, C, H, W]) grow the batch by k; other arguments are kept."""
+    out = []
+    for a in args:
+        if a.dtype == torch.long and a.dim() == 2:
+            b, s = a.shape
+            if a.max() <= 1:  # an attention mask
+                t = torch.ones(b, s + k, dtype=a.dtype)
+                t[0, -1] = 0
+            else:
+                t = torch.randint(1, int(a.max()) + 1, (b, s + k), generator=torch.Generator().manual_seed(k))
+            out.append(t)
+        elif a.is_floating_point() and a.dim() == 4:
+            out.append(torch.randn(a.shape[0] + k, *a.shape[1:], dtype=a.dtype,
+                                   generator=torch.Generator().manual_seed(k)))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
 class _Select(torch.nn.Module):
     """Calls a transformers model and returns the named outputs as tensors."""
 

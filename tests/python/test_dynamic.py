@@ -296,41 +296,17 @@ def test_gears_reject_bad_declarations():
 
 # ---------------------------------------------------------------- the zoo
 
-def _resized(args, k):
-    """The zoo's inputs with the sequence length (NLP) or batch (vision) grown by k."""
-    out = []
-    for a in args:
-        if a.dtype == torch.long and a.dim() == 2:
-            b, s = a.shape
-            if a.max() <= 1:  # an attention mask: padded at the end of the first row
-                t = torch.ones(b, s + k, dtype=a.dtype)
-                t[0, -1] = 0
-            else:
-                t = torch.randint(1, int(a.max()) + 1, (b, s + k), generator=torch.Generator().manual_seed(k))
-            out.append(t)
-        elif a.is_floating_point() and a.dim() == 4:
-            out.append(torch.randn(a.shape[0] + k, *a.shape[1:], dtype=a.dtype))
-        else:
-            out.append(a)
-    return tuple(out)
-
-
-# vision models whose dynamic=True trace costs Dynamo minutes (symbolic H/W through window
-# partitioning and TF-style padding): their batch alone is marked dynamic here
-_BATCH_ONLY = {"swin", "mobilenetv2", "upernet"}
-
-
 @pytest.mark.parametrize("name", zoo.names())
 def test_zoo_dynamic(name):
     kind = zoo.MODELS[name].kind
     model, args, kw = zoo.build(name, "small", batch=2 if kind == "vision" else 1)
     torch._dynamo.reset()
     be = _Counting()
-    dynamic = None if name in _BATCH_ONLY else True
+    dynamic = None if name in zoo.DYNAMIC_BATCH_ONLY else True
     c = torch.compile(model, backend=be, dynamic=dynamic)
     with torch.no_grad(), collect_reports() as reps:
         for k in (0, 3, 1):
-            a = _resized(args, k)
+            a = zoo.resized_inputs(args, k)
             if dynamic is None:
                 torch._dynamo.mark_dynamic(a[0], 0)
             assert_close(c(*a, **kw), model(*a, **kw), atol=1e-4, rtol=1e-3, msg=f"{name} +{k}")
