@@ -134,6 +134,17 @@ def _gears(gm: torch.fx.GraphModule, example_inputs) -> dict:
     return gears
 
 
+def _input_names(gm: torch.fx.GraphModule) -> dict:
+    """Argument position -> the user's name of a graph input (L['input_ids'] -> input_ids)."""
+    out = {}
+    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        ga = n.meta.get("grapharg")
+        src = ga.source.name if ga is not None and getattr(ga, "source", None) is not None else ""
+        if src:
+            out[i] = _short_name(src)
+    return out
+
+
 def _float_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
     """Python floats Dynamo passes as 0-d tensors (dynamic=True unspecializes floats such as a
     norm's eps or an attention scale): position -> example value."""
@@ -179,8 +190,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
         consts = _constants(aot_gm, real, params)
         s = spec
-        if s is not None and s.values and sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder") != len(real):
-            s = ShapeSpec(s.gears, {})  # AOTAutograd renumbered the inputs: the values stay inputs
+        if s is not None and sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder") != len(real):
+            s = ShapeSpec(s.gears)  # AOTAutograd renumbered the inputs: the values stay inputs, no names
         return compile_aten_graph(aot_gm, consts, config, report, const_names=params, spec=s)
 
     def bw_compiler(aot_gm, aot_inputs):
@@ -204,7 +215,7 @@ def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerC
     params = _param_positions(gm, example_inputs)
     # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
     # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
-    spec = ShapeSpec(_gears(gm, example_inputs), _float_values(gm, example_inputs))
+    spec = ShapeSpec(_gears(gm, example_inputs), _float_values(gm, example_inputs), _input_names(gm))
     return _compile(gm, example_inputs, config, params, spec)
 
 

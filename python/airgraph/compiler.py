@@ -379,15 +379,20 @@ class ShapeSpec:
 
     gears: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)  # argument position -> the user's name (input_ids), for messages
 
 
-def _symbol_rules(gm: torch.fx.GraphModule):
+def _symbol_rules(gm: torch.fx.GraphModule, names: dict | None = None):
     """How each symbol is read from the arguments: [(position, dim or -1 for a scalar, Symbol, hint)],
     the first place it appears as a whole size; every placeholder's expected sizes
     [(position, name, dim, expr)]; and Symbol -> the first tensor dim it sizes, for messages."""
     rules, seen, expected, where = [], set(), [], {}
+    names = names or {}
     for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
         val = n.meta.get("val")
+        name = names.get(i)
+        label = name or f"input {i} ({n.name})"
+        name = name or n.name
         if isinstance(val, torch.SymInt):
             sizes = [(-1, val)]
         elif isinstance(val, torch.Tensor):
@@ -401,9 +406,9 @@ def _symbol_rules(gm: torch.fx.GraphModule):
             if e.is_Symbol and e not in seen:
                 seen.add(e)
                 rules.append((i, d, e, _hint(s)))
-            expected.append((i, n.name, d, e))
+            expected.append((i, label, d, e))
             if e.is_Symbol and d >= 0 and e not in where:
-                where[e] = f"input {i} ({n.name}) dim {d}"
+                where[e] = f"{label} dim {d}"
     for _, _, e, _ in rules:
         where.setdefault(e, "")
     return rules, expected, where
@@ -439,7 +444,7 @@ class SymbolicEngineGraph:
     def __init__(self, gm, consts, config: CompilerConfig, report: CompileReport, spec: ShapeSpec | None = None):
         spec = spec or ShapeSpec()
         self.gm, self.consts, self.config, self.report = gm, consts, config, report
-        self.rules, self.expected, self.where = _symbol_rules(gm)
+        self.rules, self.expected, self.where = _symbol_rules(gm, spec.names)
         self.symbols = [sym for _, _, sym, _ in self.rules]
         self.getters = [(i, d) for i, d, _, _ in self.rules]
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -530,7 +535,7 @@ class SymbolicEngineGraph:
             want = expr.xreplace(env)
             if got is None or (want.is_number and int(want) != got):
                 src = ", ".join(self.where[s] or str(s) for s in self.symbols if s in expr.free_symbols)
-                raise EngineError(f"graph_{self.gid}: input {i} ({name}) dim {d} is {got}, but the graph needs "
+                raise EngineError(f"graph_{self.gid}: {name} dim {d} is {got}, but the graph needs "
                                   f"{expr} = {want} with {self._key_text(key)} (bound from {src})")
 
     def run(self, args):
@@ -934,12 +939,14 @@ def _regions_builder(fused, regions, config, spec, outer_pos):
 
 def _region_spec(spec, fused, target, outer_pos):
     """The ShapeSpec of one region: its value inputs renumbered to the region's arguments."""
-    if spec is None or not spec.values:
+    if spec is None or not (spec.values or spec.names):
         return spec
     node = next(n for n in fused.graph.nodes if n.op == "call_module" and n.target == target)
     values = {j: spec.values[outer_pos[a]] for j, a in enumerate(node.args)
               if a in outer_pos and outer_pos[a] in spec.values}
-    return ShapeSpec(spec.gears, values)
+    names = {j: spec.names[outer_pos[a]] for j, a in enumerate(node.args)
+             if a in outer_pos and outer_pos[a] in spec.names}
+    return ShapeSpec(spec.gears, values, names)
 
 
 def _boxed(gm):
