@@ -355,6 +355,34 @@ TEST(Executor, RunsAndReturnsFreshOutputs) {
   EXPECT_THROW(ex.run({}), Error);
 }
 
+// Programs of one graph at several sizes lease their arena from one ArenaSource: the memory held
+// is one buffer of the largest size seen, and alternating sizes never mixes up the data.
+TEST(Executor, ProgramsShareOneArenaOfTheLargestSize) {
+  auto program = [](int64_t n) {
+    Graph g;
+    Value* x = g.add_input(f32({n}), "x");
+    Value* a = g.add_node("t_addc", {x}, addc(1))->out();
+    Value* b = g.add_node("t_addc", {a}, addc(2))->out();
+    g.set_outputs({g.add_node("t_addc", {b}, addc(4))->out()});
+    run_pipeline(g, PipelineOptions{.disabled = {"fuse_elementwise"}});
+    return compile_program(g, /*allow_inplace=*/false);
+  };
+  auto small = program(3), large = program(1000);
+  ASSERT_GT(large->arena_bytes, small->arena_bytes);
+  auto source = std::make_shared<ArenaSource>();
+  Executor es(small, source), el(large, source);
+  EXPECT_EQ(source->bytes_held(), 0u);  // nothing is allocated before a call
+  std::vector<float> xs(3, 1.0f), xl(1000, 2.0f);
+  for (int round = 0; round < 3; ++round) {
+    auto os = es.run({xs.data()});
+    EXPECT_FLOAT_EQ(static_cast<float*>(os[0].data)[2], 8.0f);
+    auto ol = el.run({xl.data()});
+    EXPECT_FLOAT_EQ(static_cast<float*>(ol[0].data)[999], 9.0f);
+  }
+  const size_t need = (large->arena_bytes + 63) / 64 * 64 + large->scratch_bytes;
+  EXPECT_EQ(source->bytes_held(), need);  // the small size's buffer was outgrown and freed
+}
+
 TEST(Executor, KernelErrorsNameTheNode) {
   Graph g;
   Value* x = g.add_input(f32({3}), "x");
