@@ -84,7 +84,7 @@ def _check_against_meta(ctx: LowerCtx, node: torch.fx.Node, res):
     else:
         pairs = [(res, val)] if _is_tensor_meta(val) else []
     for vid, v in pairs:
-        dt, shape = ctx.g.value_type(vid)
+        dt, shape = ctx.value_type(vid)
         want_dt, want_shape = engine_dtype(v.dtype), static_shape(v)
         if dt != want_dt or list(shape) != want_shape:
             raise Unsupported(
@@ -192,7 +192,7 @@ class EngineGraph:
     """One engine executable plus how to feed it from the FX graph's arguments."""
 
     def __init__(self, gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
-                 report: CompileReport, prepack_cache=None, arena=None):
+                 report: CompileReport, prepack_cache=None, arena=None, keep_text: bool = True):
         t0 = time.perf_counter()
         self.gid = next(_GRAPH_IDS)
         self.gm = gm
@@ -260,7 +260,8 @@ class EngineGraph:
         self.dump_entries: list[dict] = []
         if config.dump_data:
             self._expose_for_dump(g)
-        self.graph_text = str(g)
+        # the optimized graph as text (tests and debugging; the other sizes of a symbolic graph skip it)
+        self.graph_text = str(g) if keep_text else ""
         self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena)
         self.exe.set_profiling(config.profile)
         self._plan_call()
@@ -490,7 +491,8 @@ class SymbolicEngineGraph:
                                    for i, v, dt in zip(self.values, vals, self.value_dtypes)}}
         try:
             with bound_sizes(env):
-                eg = EngineGraph(self.gm, consts, self.config, report, self.prepack_cache, self.arena)
+                eg = EngineGraph(self.gm, consts, self.config, report, self.prepack_cache, self.arena,
+                                 keep_text=first)
         except (Unsupported, EngineError) as e:
             if first or not self.config.fallback:
                 raise

@@ -171,6 +171,7 @@ class LowerCtx:
         self.env: dict[torch.fx.Node, Any] = {}  # fx node -> value id (or list of ids)
         self.node: torch.fx.Node | None = None
         self._counter = 0
+        self._types: dict[int, tuple] = {}
 
     # --- values -------------------------------------------------------------
     def value(self, arg) -> int:
@@ -187,11 +188,18 @@ class LowerCtx:
     def is_tensor(self, arg) -> bool:
         return isinstance(arg, torch.fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor)
 
+    def value_type(self, vid: int) -> tuple[str, list[int]]:
+        """(dtype, shape) of an engine value; values never change type, so each is read once."""
+        t = self._types.get(vid)
+        if t is None:
+            t = self._types[vid] = self.g.value_type(vid)
+        return t
+
     def dtype(self, vid: int) -> str:
-        return self.g.value_type(vid)[0]
+        return self.value_type(vid)[0]
 
     def shape(self, vid: int) -> list[int]:
-        return list(self.g.value_type(vid)[1])
+        return list(self.value_type(vid)[1])
 
     def rank(self, vid: int) -> int:
         return len(self.shape(vid))
