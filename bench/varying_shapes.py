@@ -120,8 +120,8 @@ def main():
     for nm in names:
         results[nm]["steady_ms"] = {k: statistics.median(v) for k, v in lat[nm].items()}
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
-    print(f"\nVarying shapes: zoo BERT {a.size}, {len(lengths)} lengths ({lengths[0]}..{lengths[-1]}) x batch {batches}, "
-          f"{len(order)} calls; {cpu}, {THREADS} threads, torch {torch.__version__}\n")
+    print(f"\nVarying shapes: zoo BERT {a.size}, {len(lengths)} lengths ({lengths[0]}..{lengths[-1]}) "
+          f"x batch {batches}, {len(order)} calls; {cpu}, {THREADS} threads, torch {torch.__version__}\n")
     hdr = "| backend | total, compiles included (s) | Dynamo graphs | engine programs (median ms each) | " + \
         " | ".join(f"steady {k} (ms)" for k in lat[names[0]]) + " |"
     print(hdr)

@@ -40,8 +40,8 @@ def main():
     names = [m for m in a.models.split(",") if m] or zoo.names()
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
     print(f"zoo with dynamic shapes: {a.size} configs; {cpu}, 2 threads, torch {torch.__version__}\n")
-    print("| model | sizes | Dynamo graphs | fallback nodes | max abs diff vs eager (3 sizes) | engine work per new size (ms) "
-          "| dynamic ms | static ms | dynamic / static |")
+    print("| model | sizes | Dynamo graphs | fallback nodes | max abs diff vs eager (3 sizes) "
+          "| engine work per new size (ms) | dynamic ms | static ms | dynamic / static |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         kind = zoo.MODELS[name].kind

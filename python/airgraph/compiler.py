@@ -493,11 +493,11 @@ class SymbolicEngineGraph:
             with bound_sizes(env):
                 eg = EngineGraph(self.gm, consts, self.config, report, self.prepack_cache, self.arena,
                                  keep_text=first)
-        except (Unsupported, EngineError) as e:
+        except Exception as e:  # a size the engine cannot take (or a lowering bug at this size) runs in PyTorch
             if first or not self.config.fallback:
                 raise
-            log.warning("airgraph: graph_%d at sizes %s runs in PyTorch: %s", self.gid, self._key_text(key),
-                        str(e).split("\n")[0])
+            log.warning("airgraph: graph_%d at sizes %s runs in PyTorch: %s: %s", self.gid, self._key_text(key),
+                        type(e).__name__, str(e).split("\n")[0])
             self.fallback_sizes += 1
             eg = None
         run = eg.run if eg is not None else self._eager
@@ -548,7 +548,12 @@ class SymbolicEngineGraph:
         except (IndexError, AttributeError) as e:
             raise EngineError(f"graph_{self.gid}: the arguments do not match the traced graph ({e})") from None
         run = self.instances.get(key)
-        if run is None:
+        if run is not None:
+            try:
+                self.instances.move_to_end(key)  # least recently used goes first
+            except KeyError:
+                pass  # evicted by a concurrent build just now: the program still runs this call
+        else:
             with self.lock:
                 run = self.instances.get(key)
                 if run is None:
@@ -885,8 +890,8 @@ def _compile_aten_graph_at(gm, consts, config, report, const_names, spec, t0):
         regions.append((node.target, sub, cmap, fixed, single))
     # only constants an engine region reads are bound (and checked); PyTorch nodes read their arguments per call
     used = {p for _, _, cmap, _, _ in regions for p in cmap.values()}
-    binder = _Binder(_regions_builder(fused, regions, config, spec, outer_pos), {i: t for i, t in consts.items() if i in used},
-                     const_names, config, report)
+    binder = _Binder(_regions_builder(fused, regions, config, spec, outer_pos),
+                     {i: t for i, t in consts.items() if i in used}, const_names, config, report)
     fused.recompile()
     report.compile_ms = (time.perf_counter() - t0) * 1000
     return _checked(binder)
