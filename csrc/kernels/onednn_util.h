@@ -121,7 +121,6 @@ class PrepackCache {
  private:
   std::mutex mu_;
   std::vector<std::pair<Key, std::weak_ptr<void>>> entries_;
-  std::vector<size_t> bytes_;
   size_t hits_ = 0;
 };
 

@@ -24,8 +24,8 @@ def pass_names() -> list[str]:
     return list(_C.pass_names())
 
 
-__all__ = ["CompilerConfig", "EngineError", "ExplainReport", "airgraph_backend", "explain", "get_backend", "ops", "set_dim_gears",
-           "pass_names"]
+__all__ = ["CompilerConfig", "EngineError", "ExplainReport", "airgraph_backend", "explain", "get_backend", "ops",
+           "pass_names", "set_dim_gears"]
 
 
 def _register_name():

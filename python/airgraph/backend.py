@@ -113,48 +113,32 @@ def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str])
     return consts
 
 
-def _gears(gm: torch.fx.GraphModule, example_inputs) -> dict:
-    """Symbol -> allowed sizes, from airgraph.set_dim_gears on the user's tensors."""
-    gears = {}
-    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for n, ex in zip(phs, example_inputs):
-        ga = n.meta.get("grapharg")
-        real = getattr(ga, "example", None) if ga is not None else None
-        spec = getattr(real, "_airgraph_dim_gears", None)
-        fake = n.meta.get("example_value")  # the traced (symbolic) sizes; example_inputs are real
-        if not spec or not isinstance(fake, torch.Tensor):
-            continue
-        for d, sizes in spec.items():
-            s = fake.shape[d]
-            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
-                gears[s.node.expr] = sorted(set(sizes) | set(gears.get(s.node.expr, [])))
-            else:
-                log.warning("airgraph: set_dim_gears on dim %d of %s: the traced size %s is not a plain symbol; "
-                            "the gears are ignored", d, n.name, s)
-    return gears
-
-
-def _input_names(gm: torch.fx.GraphModule) -> dict:
-    """Argument position -> the user's name of a graph input (L['input_ids'] -> input_ids)."""
-    out = {}
-    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
-        ga = n.meta.get("grapharg")
-        src = ga.source.name if ga is not None and getattr(ga, "source", None) is not None else ""
-        if src:
-            out[i] = _short_name(src)
-    return out
-
-
-def _float_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
-    """Python floats Dynamo passes as 0-d tensors (dynamic=True unspecializes floats such as a
-    norm's eps or an attention scale): position -> example value."""
-    out = {}
+def _shape_spec(gm: torch.fx.GraphModule, example_inputs) -> ShapeSpec:
+    """What the Dynamo graph's inputs say beyond the ATen graph, in one pass over them: the gears
+    from airgraph.set_dim_gears (Symbol -> allowed sizes), the Python floats Dynamo passes as 0-d
+    tensors (dynamic=True unspecializes floats such as a norm's eps: position -> example value),
+    and the user's names of the inputs (L['input_ids'] -> input_ids, for messages)."""
+    spec = ShapeSpec()
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, (n, ex) in enumerate(zip(phs, example_inputs)):
         ga = n.meta.get("grapharg")
+        src = ga.source.name if ga is not None and getattr(ga, "source", None) is not None else ""
+        if src:
+            spec.names[i] = _short_name(src)
         if getattr(ga, "pass_arg_as_tensor", False) and isinstance(ex, torch.Tensor) and ex.dim() == 0:
-            out[i] = ex.item()
-    return out
+            spec.values[i] = ex.item()
+        gears = getattr(getattr(ga, "example", None), "_airgraph_dim_gears", None)
+        fake = n.meta.get("example_value")  # the traced (symbolic) sizes; example_inputs are real
+        if not gears or not isinstance(fake, torch.Tensor):
+            continue
+        for d, sizes in gears.items():
+            s = fake.shape[d]
+            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
+                spec.gears[s.node.expr] = sorted(set(sizes) | set(spec.gears.get(s.node.expr, [])))
+            else:
+                log.warning("airgraph: set_dim_gears on dim %d of %s: the traced size %s is not a plain symbol; "
+                            "the gears are ignored", d, n.name, s)
+    return spec
 
 
 def set_dim_gears(t: torch.Tensor, dim_gears: dict[int, list[int]]):
@@ -215,8 +199,7 @@ def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerC
     params = _param_positions(gm, example_inputs)
     # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
     # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
-    spec = ShapeSpec(_gears(gm, example_inputs), _float_values(gm, example_inputs), _input_names(gm))
-    return _compile(gm, example_inputs, config, params, spec)
+    return _compile(gm, example_inputs, config, params, _shape_spec(gm, example_inputs))
 
 
 def get_backend(config: CompilerConfig | None = None):

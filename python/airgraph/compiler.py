@@ -34,7 +34,7 @@ from ._core import C, EngineError
 from .config import CompilerConfig
 from .debug import dump as _dump
 from .lowering import (LOWERINGS, LowerCtx, Unsupported, bound_sizes, concrete, concrete_arg, engine_dtype,
-                       is_symbolic, load_all, source_line, static_shape, torch_dtype)
+                       is_symbolic, load_all, source_line, static_shape, sympy_binding, torch_dtype)
 
 log = logging.getLogger("airgraph")
 load_all()
@@ -522,9 +522,7 @@ class SymbolicEngineGraph:
 
     def _check(self, key, args):
         """A clear error for inputs whose sizes disagree with each other or with the gears."""
-        import sympy
-
-        env = {s: sympy.Integer(v) for s, v in self._env(key).items()}
+        env = sympy_binding(self._env(key))
         for (i, d, sym, _), v in zip(self.rules, key):
             allowed = self.gears.get(sym)
             if allowed is not None and v not in allowed:

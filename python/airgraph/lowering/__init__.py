@@ -97,13 +97,18 @@ _SIZES = threading.local()
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
+def sympy_binding(env: dict) -> dict:
+    """Symbol -> int as Symbol -> sympy Integer, what expr.xreplace evaluates with."""
+    import sympy
+
+    return {s: sympy.Integer(v) for s, v in env.items()}
+
+
 @contextlib.contextmanager
 def bound_sizes(env: dict):
     """Lower for one binding of the symbols: sympy Symbol -> int."""
-    import sympy
-
     prev = getattr(_SIZES, "env", None)
-    _SIZES.env, _SIZES.memo = {s: sympy.Integer(v) for s, v in env.items()}, {}
+    _SIZES.env, _SIZES.memo = sympy_binding(env), {}
     try:
         yield
     finally:
@@ -142,7 +147,7 @@ def concrete_arg(a):
         return a  # a static graph: nothing to substitute
     if isinstance(a, torch.fx.Node):
         v = a.meta.get("val")
-        if isinstance(v, _SYM_TYPES) and getattr(_SIZES, "env", None) is not None:
+        if isinstance(v, _SYM_TYPES):
             try:
                 return concrete(v)
             except Unsupported:
