@@ -199,7 +199,8 @@ class PyGraph {
     return g->add_const(t, std::move(s), name)->id;
   }
   std::vector<int> add_node(const std::string& op, const std::vector<int>& inputs, nb::dict attrs,
-                            const std::string& name, const std::string& source) {
+                            const std::string& name, const std::string& source,
+                            const std::vector<std::tuple<std::string, int, int>>& sym_attrs) {
     std::vector<Value*> ins;
     for (int id : inputs) {
       AG_CHECK(id >= 0 && id < g->num_values(), "node '", name, "' (op ", op, "): invalid input value id ", id);
@@ -210,7 +211,17 @@ class PyGraph {
       std::string key = nb::cast<std::string>(k);
       a.set(key, attr_from_py(key, v));
     }
+    for (auto& [key, index, expr] : sym_attrs) {
+      AG_CHECK(expr >= 0 && expr < static_cast<int>(g->exprs().size()), "node '", name, "': no size expression ",
+               expr);
+      const AttrValue* v = a.find(key);
+      bool ok = v && (index < 0 ? std::holds_alternative<int64_t>(*v)
+                                : std::holds_alternative<std::vector<int64_t>>(*v) &&
+                                      index < static_cast<int>(std::get<std::vector<int64_t>>(*v).size()));
+      AG_CHECK(ok, "node '", name, "': symbolic size for attribute ", key, "[", index, "], which holds no int there");
+    }
     Node* n = g->add_node(op, ins, std::move(a), name, source);
+    for (auto& [key, index, expr] : sym_attrs) n->sym_attrs.push_back(SymAttr{key, index, expr});
     std::vector<int> outs;
     for (Value* v : n->outputs) outs.push_back(v->id);
     return outs;
@@ -307,8 +318,43 @@ NB_MODULE(_C, m) {
            nb::arg("syms") = std::vector<int>{})
       .def("add_const", &PyGraph::add_const, nb::arg("array"), nb::arg("name"))
       .def("add_symbol", [](PyGraph& g, const std::string& n) { return g.g->add_symbol(n); })
+      .def("add_expr",
+           [](PyGraph& g, const std::vector<int64_t>& code, const std::string& text) {
+             return g.g->add_expr(SizeExpr{code, text});
+           })
+      .def("set_dim_exprs",
+           [](PyGraph& g, int id, const std::vector<int32_t>& exprs) {
+             AG_CHECK(id >= 0 && id < g.g->num_values(), "invalid value id ", id);
+             g.g->set_dim_exprs(g.g->value(id), exprs);
+           })
+      .def("eval_expr",
+           [](PyGraph& g, int id, const std::vector<int64_t>& sizes) {
+             AG_CHECK(id >= 0 && id < static_cast<int>(g.g->exprs().size()), "no size expression ", id);
+             AG_CHECK(sizes.size() == g.g->symbols().size(), "eval_expr: ", sizes.size(), " sizes for ",
+                      g.g->symbols().size(), " symbols");
+             return eval_size_expr(g.g->exprs()[id], sizes);
+           })
+      .def("eval_exprs",  // several expressions at one binding (guards of a recorded graph)
+           [](PyGraph& g, const std::vector<int>& ids, const std::vector<int64_t>& sizes) {
+             AG_CHECK(sizes.size() == g.g->symbols().size(), "eval_exprs: ", sizes.size(), " sizes for ",
+                      g.g->symbols().size(), " symbols");
+             std::vector<int64_t> r;
+             r.reserve(ids.size());
+             for (int id : ids) {
+               AG_CHECK(id >= 0 && id < static_cast<int>(g.g->exprs().size()), "no size expression ", id);
+               r.push_back(eval_size_expr(g.g->exprs()[id], sizes));
+             }
+             return r;
+           })
+      .def("instantiate",
+           [](PyGraph& g, const std::vector<int64_t>& sizes) {
+             auto p = new PyGraph();
+             p->g = g.g->instantiate(sizes);
+             return p;
+           },
+           nb::rv_policy::take_ownership)
       .def("add_node", &PyGraph::add_node, nb::arg("op"), nb::arg("inputs"), nb::arg("attrs"), nb::arg("name") = "",
-           nb::arg("source") = "")
+           nb::arg("source") = "", nb::arg("sym_attrs") = std::vector<std::tuple<std::string, int, int>>{})
       .def("set_outputs", &PyGraph::set_outputs)
       .def("value_type", &PyGraph::value_type)
       .def("verify", [](PyGraph& g) { g.g->verify(); })
@@ -443,6 +489,12 @@ NB_MODULE(_C, m) {
   m.def("ops", [] {
     std::vector<std::string> r;
     for (auto* d : all_ops()) r.push_back(d->name);
+    return r;
+  });
+  m.def("elementwise_ops", [] {  // outputs broadcast from the inputs' shapes
+    std::vector<std::string> r;
+    for (auto* d : all_ops())
+      if (d->has(kElementwise)) r.push_back(d->name);
     return r;
   });
   m.def("set_num_threads", &set_num_threads);

@@ -63,6 +63,110 @@ Value* Graph::add_const(const TensorType& t, std::shared_ptr<Storage> s, const s
   return v;
 }
 
+int Graph::add_expr(SizeExpr e) {
+  check_size_expr(e, symbols_.size());
+  exprs_.push_back(std::move(e));
+  return static_cast<int>(exprs_.size()) - 1;
+}
+
+void Graph::set_dim_exprs(Value* v, std::vector<int32_t> exprs) {
+  AG_CHECK(static_cast<int64_t>(exprs.size()) == v->type.rank(), "value %", v->name, " has rank ", v->type.rank(),
+           ", got ", exprs.size(), " dim expressions");
+  for (int32_t e : exprs)
+    AG_CHECK(e >= -1 && e < static_cast<int32_t>(exprs_.size()), "value %", v->name, ": no size expression ", e);
+  for (auto& [id, ex] : dim_exprs_)
+    if (id == v->id) {
+      ex = std::move(exprs);
+      return;
+    }
+  dim_exprs_.emplace_back(v->id, std::move(exprs));
+}
+
+static std::string dims_text(const std::vector<int64_t>& d) { return shape_str(d); }
+
+std::unique_ptr<Graph> Graph::instantiate(const std::vector<int64_t>& sizes) const {
+  AG_CHECK(sizes.size() == symbols_.size(), "instantiate: ", sizes.size(), " sizes for ", symbols_.size(),
+           " symbols");
+  std::vector<int64_t> val(exprs_.size());
+  for (size_t i = 0; i < exprs_.size(); ++i) val[i] = eval_size_expr(exprs_[i], sizes);
+  std::vector<const std::vector<int32_t>*> dex(values_.size(), nullptr);
+  for (auto& [id, ex] : dim_exprs_) dex[id] = &ex;
+  auto dims_of = [&](const Value* v) {
+    std::vector<int64_t> d = v->type.shape();
+    if (const auto* ex = dex[v->id])
+      for (size_t i = 0; i < d.size(); ++i)
+        if ((*ex)[i] >= 0) d[i] = val[(*ex)[i]];
+    return d;
+  };
+  std::string binding;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    binding += (i ? ", " : "") + symbols_[i] + "=" + std::to_string(sizes[i]);
+  auto out = std::make_unique<Graph>();
+  std::vector<Value*> map(values_.size(), nullptr);
+  auto same_id = [&](const Value* from, Value* to) {
+    AG_CHECK(from->id == to->id, "instantiate: value %", from->name, " changed id");
+    map[from->id] = to;
+  };
+  // Values are created in id order by inputs, constants and nodes as they were added;
+  // replaying them in id order keeps every id.
+  std::vector<const Node*> producer_of(values_.size(), nullptr);
+  for (auto& n : nodes_)
+    for (Value* o : n->outputs) producer_of[o->id] = n.get();
+  for (size_t id = 0; id < values_.size(); ++id) {
+    if (map[id]) continue;
+    const Value* v = values_[id].get();
+    if (v->kind == ValueKind::Input) {
+      for (int64_t d : dims_of(v))
+        AG_CHECK(d >= 0, "input %", v->name, " gets a negative size with ", binding);
+      same_id(v, out->add_input(TensorType(v->type.dtype, dims_of(v)), v->name));
+    } else if (v->kind == ValueKind::Const) {
+      same_id(v, out->add_const(v->type, v->storage, v->name));
+    } else {
+      const Node* n = producer_of[id];
+      AG_CHECK(n != nullptr, "instantiate: value %", v->name, " has no producer");
+      Attrs a = n->attrs;
+      for (const SymAttr& s : n->sym_attrs) {
+        int64_t x = val[s.expr];
+        if (s.index < 0) {
+          a.set(s.key, x);
+        } else {
+          std::vector<int64_t> ints = a.ints(s.key);
+          AG_CHECK(s.index < static_cast<int32_t>(ints.size()), "instantiate: attribute ", s.key, "[", s.index,
+                   "] of node '", n->name, "' is out of range");
+          ints[s.index] = x;
+          a.set(s.key, ints);
+        }
+      }
+      std::vector<Value*> ins;
+      for (Value* x : n->inputs) {
+        AG_CHECK(map[x->id] != nullptr, "instantiate: node '", n->name, "' uses %", x->name, " before it is defined");
+        ins.push_back(map[x->id]);
+      }
+      Node* m;
+      try {
+        m = out->add_node(n->op->name, ins, std::move(a), n->name, n->source);
+      } catch (const Error& e) {
+        fail("at sizes ", binding, ": ", e.what());
+      }
+      for (size_t i = 0; i < n->outputs.size(); ++i) same_id(n->outputs[i], m->outputs[i]);
+    }
+  }
+  for (auto& [id, ex] : dim_exprs_) {
+    const Value* v = values_[id].get();
+    if (v->kind == ValueKind::Input) continue;
+    std::vector<int64_t> want = dims_of(v), got = map[id]->type.shape();
+    if (want != got) {
+      std::string where = map[id]->producer ? map[id]->producer->context() : "%" + v->name;
+      fail("at sizes ", binding, ": %", v->name, " should have shape ", dims_text(want), " but the engine infers ",
+           dims_text(got), " for ", where);
+    }
+  }
+  std::vector<Value*> outs;
+  for (Value* v : outputs_) outs.push_back(map[v->id]);
+  out->set_outputs(outs);
+  return out;
+}
+
 int Graph::add_symbol(const std::string& name) {
   symbols_.push_back(name);
   return static_cast<int>(symbols_.size()) - 1;
@@ -145,10 +249,25 @@ static std::string vname(const Value* v) { return "%" + v->name; }
 
 std::string Graph::str() const {
   std::ostringstream os;
+  auto dims_with_exprs = [&](const Value* v) {
+    for (auto& [id, ex] : dim_exprs_)
+      if (id == v->id) {
+        std::string t = std::string(dtype_name(v->type.dtype)) + "[";
+        for (size_t i = 0; i < ex.size(); ++i)
+          t += (i ? ", " : "") + (ex[i] >= 0 ? exprs_[ex[i]].text : std::to_string(v->type.size(i)));
+        return t + "]";
+      }
+    return v->type.str();
+  };
   os << "graph(";
   for (size_t i = 0; i < inputs_.size(); ++i)
-    os << (i ? ", " : "") << vname(inputs_[i]) << ": " << inputs_[i]->type.str();
+    os << (i ? ", " : "") << vname(inputs_[i]) << ": " << dims_with_exprs(inputs_[i]);
   os << ") {\n";
+  if (!symbols_.empty()) {
+    os << "  symbols:";
+    for (auto& s : symbols_) os << " " << s;
+    os << "\n";
+  }
   std::unordered_set<const Value*> consts;
   for (auto& n : nodes_)
     for (Value* v : n->inputs)
@@ -162,6 +281,16 @@ std::string Graph::str() const {
     for (size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << vname(n->inputs[i]);
     os << ")";
     if (!n->attrs.items().empty()) os << " {" << n->attrs.str() << "}";
+    if (!n->sym_attrs.empty()) {
+      os << " sizes {";
+      for (size_t i = 0; i < n->sym_attrs.size(); ++i) {
+        const SymAttr& a = n->sym_attrs[i];
+        os << (i ? ", " : "") << a.key;
+        if (a.index >= 0) os << "[" << a.index << "]";
+        os << "=" << exprs_[a.expr].text;
+      }
+      os << "}";
+    }
     if (!n->source.empty()) {
       std::string src = n->source.substr(0, n->source.find('\n'));
       os << "  # " << src;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/attrs.h"
+#include "ir/size_expr.h"
 #include "ir/types.h"
 
 namespace ag {
@@ -39,6 +40,14 @@ struct Value {
   bool is_const() const { return kind == ValueKind::Const; }
 };
 
+// An integer attribute that depends on the symbols: attrs[key] (index < 0) or
+// attrs[key][index] is Graph::exprs()[expr] in every binding.
+struct SymAttr {
+  std::string key;
+  int32_t index = -1;
+  int32_t expr = -1;
+};
+
 struct Node {
   int id = -1;
   const OpDef* op = nullptr;
@@ -47,6 +56,7 @@ struct Node {
   Attrs attrs;
   std::string name;    // FX node name
   std::string source;  // user source line ("file.py:12 in forward: x = ...")
+  std::vector<SymAttr> sym_attrs;  // symbolic graphs only; attrs hold the values of the graph's own binding
   Value* out(int i = 0) const { return outputs[i]; }
   std::string context() const;  // op, name, input/output types and source, for errors
 };
@@ -68,6 +78,23 @@ class Graph {
                            const std::string& name, const std::string& source);
   void set_outputs(const std::vector<Value*>& outs) { outputs_ = outs; }
   int add_symbol(const std::string& name);
+
+  // ---- symbolic graphs --------------------------------------------------------------
+  // A graph lowered once for every size: it is built (and its types inferred) at one
+  // binding of the symbols, and records where sizes are expressions of them: each
+  // input's dims, the node attributes that hold sizes (Node::sym_attrs), and the shapes
+  // other values must have (checks). instantiate() replays it for another binding.
+  int add_expr(SizeExpr e);  // checked against the symbols added so far
+  const std::vector<SizeExpr>& exprs() const { return exprs_; }
+  // The dims of `v` as expressions (-1: a constant dim). For a graph input they give its
+  // type in every binding; for any other value they are a check on the inferred type.
+  void set_dim_exprs(Value* v, std::vector<int32_t> exprs);
+  bool is_symbolic() const { return !exprs_.empty() || !dim_exprs_.empty(); }
+  // A graph with the same inputs, constants (sharing their bytes), nodes, value ids and
+  // outputs, every expression evaluated at `sizes` (one per symbol) and every type
+  // inferred again; no expressions remain. Throws ag::Error naming the node when a size
+  // check fails or an op rejects the sizes.
+  std::unique_ptr<Graph> instantiate(const std::vector<int64_t>& sizes) const;
 
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
@@ -96,6 +123,8 @@ class Graph {
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::vector<std::string> symbols_;
+  std::vector<SizeExpr> exprs_;
+  std::vector<std::pair<int, std::vector<int32_t>>> dim_exprs_;  // value id -> expr per dim
   int next_node_id_ = 0;
 };
 

@@ -17,6 +17,7 @@
 // it under kScoreBudget floats. A head whose own scores would exceed the budget
 // (very long sequences) runs a row kernel instead: per query row, dot products,
 // softmax and the weighted sum of value rows.
+#include <cmath>
 #include <limits>
 
 #include "kernels/common.h"
@@ -63,7 +64,8 @@ class SdpaKernel final : public Kernel {
     t_ = n.inputs[0]->type.dtype;
     B_ = q[0], H_ = q[1], L_ = q[2], E_ = q[3], Hk_ = k[1], S_ = k[2], Ev_ = v[3];
     G_ = H_ / Hk_;
-    scale_ = static_cast<float>(n.attrs.f("scale"));
+    // no scale: PyTorch's default 1/sqrt(E), computed as Python does (in double)
+    scale_ = static_cast<float>(n.attrs.has("scale") ? n.attrs.f("scale") : 1.0 / std::sqrt(static_cast<double>(E_)));
     causal_ = n.attrs.b("is_causal", false);
     has_mask_ = n.inputs.size() > 3;
     if (has_mask_) {

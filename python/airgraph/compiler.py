@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import logging
@@ -22,6 +23,7 @@ import math
 import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,6 +35,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 from ._core import C, EngineError
 from .config import CompilerConfig
 from .debug import dump as _dump
+from .lowering.sizes import Recorder, recording
 from .lowering import (LOWERINGS, LowerCtx, Unsupported, bound_sizes, concrete, concrete_arg, engine_dtype,
                        is_symbolic, load_all, source_line, static_shape, sympy_binding, torch_dtype)
 
@@ -86,10 +89,15 @@ def _check_against_meta(ctx: LowerCtx, node: torch.fx.Node, res):
     for vid, v in pairs:
         dt, shape = ctx.value_type(vid)
         want_dt, want_shape = engine_dtype(v.dtype), static_shape(v)
+        sym_shape = want_shape
+        if ctx.rec is not None:  # compare at the hint; the shape is checked again at every size
+            want_shape = [getattr(d, "hint", d) for d in want_shape]
         if dt != want_dt or list(shape) != want_shape:
             raise Unsupported(
                 f"engine infers {dt}{list(shape)} but PyTorch traced {want_dt}{want_shape} for {node.name}"
             )
+        if ctx.rec is not None:
+            ctx.set_sym_shape(vid, sym_shape)
 
 
 def _needs_sizes(node: torch.fx.Node) -> bool:
@@ -188,67 +196,103 @@ def node_support(node: torch.fx.Node) -> tuple[bool, str]:
     return True, ""
 
 
+@dataclass
+class Lowered:
+    """An FX graph lowered into an engine graph (before the passes), and how to feed it."""
+
+    g: Any
+    input_positions: list
+    scalar_inputs: dict  # argument position -> dtype of its 0-d tensor
+    num_outputs: int
+    fx_names: dict  # engine value id -> the FX node whose result it is (for data dumps and compare)
+
+    def instance(self, sizes: list[int]) -> "Lowered":
+        """The same lowering at other sizes (a graph lowered once for every size)."""
+        return dataclasses.replace(self, g=self.g.instantiate(list(sizes)))
+
+
+def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lowered:
+    """Lowers every node of `gm` (placeholders at `consts` positions become constants)."""
+    g = C.Graph()
+    ctx = LowerCtx(g)
+    rec = ctx.rec
+    if rec is not None:
+        for s in rec.symbols:
+            g.add_symbol(str(s))
+    input_positions: list[int] = []
+    scalar_inputs: dict[int, torch.dtype] = {}
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, n in enumerate(phs):
+        val = n.meta.get("val")
+        if i in consts:
+            t = consts[i].detach()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            ctx.env[n] = g.add_const(t, n.name)
+            if rec is not None:
+                ctx.sym_shapes[ctx.env[n]] = list(t.shape)
+        elif _is_tensor_meta(val):
+            shape = static_shape(val)
+            ctx.env[n] = g.add_input(engine_dtype(val.dtype), [getattr(d, "hint", d) for d in shape], n.name)
+            if rec is not None:
+                ctx.set_sym_shape(ctx.env[n], shape)
+            input_positions.append(i)
+        elif (dt := _scalar_kind(val)) is not None:
+            if is_symbolic(val) and concrete_arg(n) is not n:
+                continue  # a size of this binding: its value is substituted where it is used
+            if not n.users:
+                continue  # a size or flag the trace already specialized on
+            ctx.env[n] = g.add_input(dt, [], n.name)  # a 0-d tensor made from the argument per call
+            if rec is not None:
+                ctx.sym_shapes[ctx.env[n]] = []
+            input_positions.append(i)
+            scalar_inputs[i] = torch_dtype(dt)
+        else:
+            raise Unsupported(f"graph input {n.name} is a {type(val).__name__}")
+    out_ids: list[int] = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            if _is_size_node(n):
+                continue
+            try:
+                ctx.env[n] = lower_node(ctx, n)
+            except EngineError as e:
+                raise EngineError(f"{e}\n  while lowering FX node {n.name} ({target_name(n)})") from None
+        elif n.op == "get_attr":
+            t = get_attr_tensor(n)
+            if not isinstance(t, torch.Tensor):
+                raise Unsupported(f"FX node {n.name} reads a {type(t).__name__}, not a tensor")
+            ctx.env[n] = g.add_const(t.detach().contiguous(), n.name)
+            if rec is not None:
+                ctx.sym_shapes[ctx.env[n]] = list(t.shape)
+        elif n.op == "output":
+            outs = n.args[0]
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            for o in outs:
+                if not isinstance(o, torch.fx.Node):
+                    raise Unsupported(f"graph output {o!r} is not a tensor")
+                out_ids.append(ctx.value(o))
+        elif n.op != "placeholder":
+            raise Unsupported(f"FX node {n.name} of kind {n.op}")
+    g.set_outputs(out_ids)
+    fx_names = {v: n.name for n, v in ctx.env.items() if isinstance(v, int) and n.op == "call_function"}
+    return Lowered(g, input_positions, scalar_inputs, len(out_ids), fx_names)
+
+
 class EngineGraph:
     """One engine executable plus how to feed it from the FX graph's arguments."""
 
     def __init__(self, gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
-                 report: CompileReport, prepack_cache=None, arena=None, keep_text: bool = True):
+                 report: CompileReport, prepack_cache=None, arena=None, keep_text: bool = True,
+                 lowered: "Lowered | None" = None):
         t0 = time.perf_counter()
         self.gid = next(_GRAPH_IDS)
         self.gm = gm
         self.config = config
-        g = C.Graph()
-        ctx = LowerCtx(g)
-        self.input_positions: list[int] = []
-        self.scalar_inputs: dict[int, torch.dtype] = {}  # argument position -> dtype of its 0-d tensor
-        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        for i, n in enumerate(phs):
-            val = n.meta.get("val")
-            if i in consts:
-                t = consts[i].detach()
-                if not t.is_contiguous():
-                    t = t.contiguous()
-                ctx.env[n] = g.add_const(t, n.name)
-            elif _is_tensor_meta(val):
-                ctx.env[n] = g.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
-                self.input_positions.append(i)
-            elif (dt := _scalar_kind(val)) is not None:
-                if is_symbolic(val) and concrete_arg(n) is not n:
-                    continue  # a size of this binding: its value is substituted where it is used
-                if not n.users:
-                    continue  # a size or flag the trace already specialized on
-                ctx.env[n] = g.add_input(dt, [], n.name)  # a 0-d tensor made from the argument per call
-                self.input_positions.append(i)
-                self.scalar_inputs[i] = torch_dtype(dt)
-            else:
-                raise Unsupported(f"graph input {n.name} is a {type(val).__name__}")
-        out_ids: list[int] = []
-        for n in gm.graph.nodes:
-            if n.op == "call_function":
-                if _is_size_node(n):
-                    continue
-                try:
-                    ctx.env[n] = lower_node(ctx, n)
-                except EngineError as e:
-                    raise EngineError(f"{e}\n  while lowering FX node {n.name} ({target_name(n)})") from None
-            elif n.op == "get_attr":
-                t = get_attr_tensor(n)
-                if not isinstance(t, torch.Tensor):
-                    raise Unsupported(f"FX node {n.name} reads a {type(t).__name__}, not a tensor")
-                ctx.env[n] = g.add_const(t.detach().contiguous(), n.name)
-            elif n.op == "output":
-                outs = n.args[0]
-                outs = outs if isinstance(outs, (list, tuple)) else [outs]
-                for o in outs:
-                    if not isinstance(o, torch.fx.Node):
-                        raise Unsupported(f"graph output {o!r} is not a tensor")
-                    out_ids.append(ctx.value(o))
-            elif n.op != "placeholder":
-                raise Unsupported(f"FX node {n.name} of kind {n.op}")
-        g.set_outputs(out_ids)
-        self.num_outputs = len(out_ids)
-        # engine value id -> the FX node whose result it is (for data dumps and compare)
-        self.fx_names = {v: n.name for n, v in ctx.env.items() if isinstance(v, int) and n.op == "call_function"}
+        low = lowered or lower_graph(gm, consts)
+        g = low.g
+        self.input_positions, self.scalar_inputs = low.input_positions, low.scalar_inputs
+        self.num_outputs, self.fx_names = low.num_outputs, low.fx_names
         self.dumper = None
         after_pass = None
         if config.dump_graph:
@@ -460,6 +504,9 @@ class SymbolicEngineGraph:
         self.gid = next(_GRAPH_IDS)
         self.build_ms: list[float] = []  # engine work per new binding
         self.fallback_sizes = 0
+        self.template: Lowered | None = None  # the graph lowered once for every size
+        self.template_reason = "off (config.lower_once)"  # why there is none
+        self.template_builds = 0
         report.symbolic.append(self)
         hint = tuple(h for _, _, _, h in self.rules)
         if any(h is None for h in hint):
@@ -470,6 +517,8 @@ class SymbolicEngineGraph:
             keys = []
             for combo in itertools.product(*[self.gears.get(s, [h]) for s, h in zip(self.symbols, hint)]):
                 keys.append(tuple(combo) + vals)
+        if config.lower_once:
+            self._record(hint + vals)
         for k in keys:
             self._build(k, first=(k is keys[0]))
 
@@ -480,19 +529,80 @@ class SymbolicEngineGraph:
     def _env(self, key) -> dict:
         return dict(zip(self.symbols, key))
 
+    def _consts(self, key) -> dict:
+        if not self.values:
+            return self.consts
+        vals = key[len(self.symbols):]  # this program's values of the scalar inputs, as constants
+        return {**self.consts, **{i: torch.tensor(v, dtype=dt) for i, v, dt in zip(self.values, vals,
+                                                                                     self.value_dtypes)}}
+
+    def _record(self, key):
+        """Lowers the graph once for every size (lowering/sizes.py) and checks the recording against
+        a lowering at other sizes; on any doubt there is no template and every size is lowered."""
+        n = len(self.symbols)
+        rec = Recorder(self.symbols, list(key[:n]))
+        consts = self._consts(key)
+        try:
+            with bound_sizes(self._env(key)), recording(rec):
+                low = lower_graph(self.gm, consts)
+            self._check_recording(low, rec, key, consts)
+            rec.compile_guards(low.g)
+        except Exception as e:
+            where = [f for f in traceback.extract_tb(e.__traceback__)
+                     if "airgraph" in f.filename and not f.filename.endswith("sizes.py")]
+            at = f" (at {os.path.basename(where[-1].filename)}:{where[-1].lineno})" if where else ""
+            self.template_reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{at}"
+            log.debug("airgraph: graph_%d is lowered per size: %s", self.gid, self.template_reason)
+            return
+        self.template, self.template_rec, self.template_vals = low, rec, key[n:]
+        self.template_reason = ""
+
+    def _check_recording(self, low: Lowered, rec, key, consts):
+        """The recorded graph, instantiated at other sizes, must equal the FX graph lowered at those
+        sizes (same nodes, shapes and attributes). Candidates: every symbol different (a size taken
+        from the wrong symbol shows), then all shifted together (symbols the model keeps equal, such
+        as a KV cache's key and value lengths, stay equal); the first whose lowering succeeds and
+        where the recorded decisions hold is compared."""
+        hint = key[: len(self.symbols)]
+        candidates = ([h + 1 + i for i, h in enumerate(hint)], [2 * h + 3 + i for i, h in enumerate(hint)],
+                      [h + 1 for h in hint], [2 * h for h in hint], [h + 8 for h in hint])
+        for sizes in candidates:
+            if not rec.holds(sympy_binding(dict(zip(self.symbols, sizes)))):
+                continue
+            try:
+                with bound_sizes(dict(zip(self.symbols, sizes))):
+                    want = str(lower_graph(self.gm, consts).g)
+            except Exception:  # sizes the model does not allow (symbols that must agree)
+                continue
+            if str(low.instance(sizes).g) != want:
+                raise Unsupported(f"the recorded graph differs from a lowering at sizes {sizes}")
+            return
+        raise Unsupported("no other sizes to check the recorded graph at")
+
+    def _lowered_at(self, key):
+        """The template's instance at these sizes, when the template serves them."""
+        n = len(self.symbols)
+        if self.template is None or key[n:] != self.template_vals or not self.template_rec.holds_at(key[:n]):
+            return None
+        try:
+            return self.template.instance(key[:n])
+        except EngineError as e:  # a size check failed: lower this size from the FX graph
+            log.info("airgraph: graph_%d at sizes %s is lowered again: %s", self.gid, self._key_text(key),
+                     str(e).splitlines()[0])
+            return None
+
     def _build(self, key, first=False):
         t0 = time.perf_counter()
         env = self._env(key)
         report = self.report if first else CompileReport()
-        consts = self.consts
-        if self.values:  # this program's values of the scalar inputs, as constants
-            vals = key[len(self.symbols):]
-            consts = {**consts, **{i: torch.tensor(v, dtype=dt)
-                                   for i, v, dt in zip(self.values, vals, self.value_dtypes)}}
+        consts = self._consts(key)
         try:
+            low = self._lowered_at(key)
+            if low is not None:
+                self.template_builds += 1
             with bound_sizes(env):
                 eg = EngineGraph(self.gm, consts, self.config, report, self.prepack_cache, self.arena,
-                                 keep_text=first)
+                                 keep_text=first, lowered=low)
         except Exception as e:  # a size the engine cannot take (or a lowering bug at this size) runs in PyTorch
             if first or not self.config.fallback:
                 raise
@@ -507,8 +617,9 @@ class SymbolicEngineGraph:
         while len(self.instances) > max(1, self.config.dynamic_sizes):
             self.instances.popitem(last=False)
         if not first:
-            log.info("airgraph: graph_%d: new sizes %s: engine program built in %.1f ms (%d sizes built so far)",
-                     self.gid, self._key_text(key), ms, len(self.build_ms))
+            log.info("airgraph: graph_%d: new sizes %s: engine program built in %.1f ms (%d sizes built so far; "
+                     "%s)", self.gid, self._key_text(key), ms, len(self.build_ms),
+                     "from the graph lowered once" if self.template is not None else "lowered per size")
         return run
 
     def _key_text(self, key) -> str:

@@ -52,6 +52,9 @@ class CompilerConfig:
     # Dynamic shapes: a graph traced with symbolic sizes keeps an engine program for each of
     # this many size bindings (the most recently used); an older size is rebuilt when it returns.
     dynamic_sizes: int = 64
+    # Lower such a graph once for every size (sizes as expressions of the symbols, replayed by
+    # the C++ core per size) instead of once per size; False lowers each size from the FX graph.
+    lower_once: bool = True
 
     # --- debugging (README "Debugging"); each has an environment variable ---
     # Folder for graph and data dumps (AIRGRAPH_DUMP_DIR; default ./airgraph_dump).

@@ -79,7 +79,9 @@ class ExplainReport:
             for g in r.symbolic:
                 ms = sorted(g.build_ms)
                 lines.append(f"  graph_{g.gid} has symbolic sizes: {g.describe()}; {len(ms)} size(s) built, "
-                             f"engine work per new size {ms[len(ms) // 2]:.1f} ms (median)"
+                             f"engine work per new size {ms[len(ms) // 2]:.1f} ms (median); "
+                             + ("lowered once for every size" if g.template is not None
+                                else f"lowered per size ({g.template_reason})")
                              + (f"; gears {dict((str(k), v) for k, v in g.gears.items())}" if g.gears else ""))
         return "\n".join(lines)
 

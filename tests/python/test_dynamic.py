@@ -27,8 +27,10 @@ class _Counting:
         return self.be(gm, example_inputs)
 
 
-def check_sizes(fn, make_inputs, sizes, max_graphs=1, dynamic=True, **cfg):
-    """Compiles fn once and checks it against eager for every size; returns the symbolic graphs."""
+def check_sizes(fn, make_inputs, sizes, max_graphs=1, dynamic=True, lowered_once=True, **cfg):
+    """Compiles fn once and checks it against eager for every size; returns the symbolic graphs.
+    lowered_once: every program came from the graph lowered once for every size (no per-size
+    lowering of the FX graph)."""
     torch._dynamo.reset()
     be = _Counting(**cfg)
     c = torch.compile(fn, backend=be, dynamic=dynamic)
@@ -37,7 +39,12 @@ def check_sizes(fn, make_inputs, sizes, max_graphs=1, dynamic=True, **cfg):
             args = make_inputs(s)
             assert_close(c(*args), fn(*args), msg=f"{getattr(fn, '__name__', 'fn')} at size {s}")
     assert be.graphs <= max_graphs, f"Dynamo compiled {be.graphs} graphs for sizes {sizes}"
-    return [g for r in reps for g in r.symbolic]
+    syms = [g for r in reps for g in r.symbolic]
+    if lowered_once:
+        for g in syms:
+            assert g.template is not None, f"graph_{g.gid} is lowered per size: {g.template_reason}"
+            assert g.template_builds == len(g.build_ms), (g.template_builds, len(g.build_ms))
+    return syms
 
 
 SIZES = (5, 9, 2, 17, 9)  # 9 twice: the second call reuses its program
@@ -317,6 +324,9 @@ def test_zoo_dynamic(name):
     syms = [g for r in reps for g in r.symbolic]
     assert syms and all(n.native for r in reps for n in r.nodes), "fallback nodes"
     assert sum(len(g.build_ms) for g in syms) >= 2
+    # every size came from the graph lowered once (no per-size lowering of the FX graph)
+    assert all(g.template is not None and g.template_builds == len(g.build_ms) for g in syms), \
+        [g.template_reason for g in syms]
     assert all(re.match(r"s\d+ = \S+ dim \d", g.describe()) for g in syms), [g.describe() for g in syms]
 
 
@@ -328,7 +338,7 @@ def test_explain_names_the_symbols():
     r = airgraph.explain(f, torch.randn(5, 8), dynamic=True)
     assert r.fallback_nodes == 0
     assert re.search(r"graph_\d+ has symbolic sizes: s\d+ = x dim 0, s\d+ = x dim 1; "
-                     r"1 size\(s\) built", str(r)), str(r)
+                     r"1 size\(s\) built, .*; lowered once for every size", str(r)), str(r)
 
 
 class _RMSNorm(torch.nn.Module):
@@ -362,3 +372,96 @@ def test_float_attributes_are_constants_per_program():
     assert len(sg.build_ms) == 3, sg.build_ms
     ops = [line for line in reps[0].graphs[0].graph_text.splitlines() if "rms_norm(" in line]
     assert ops, "RMSNorm did not fuse: " + reps[0].graphs[0].graph_text
+
+
+# ---------------------------------------------------------------- lowered once for every size
+
+def _syms():
+    import sympy
+
+    return sympy.symbols("s0 s1", positive=True, integer=True)
+
+
+def test_sym_size_keeps_expressions_and_records_guards():
+    """While recording, a size carries its expression; decisions record guards; anything that
+    would turn it into a plain number refuses (so no size can leave the recording unnoticed)."""
+    import sympy
+    from airgraph.lowering.sizes import NotSymbolic, Recorder, SymSize, recording
+
+    s0, s1 = _syms()
+    rec = Recorder([s0, s1], [6, 4])
+    with recording(rec):
+        a, b = rec.size(s0), rec.size(s1)
+        c = (a * 2 + b) // 4 - 1
+        assert isinstance(c, SymSize) and c.hint == (6 * 2 + 4) // 4 - 1
+        assert type(a - a) is int and a - a == 0  # a constant expression is a plain int
+        assert not rec.guards
+        assert max(a, b) is a  # a decision: records s1 > s0 is False
+        assert len(rec.guards) == 1
+        for use in (int, float, hash, range, lambda x: x / 2, lambda x: [0, 1][x]):
+            with pytest.raises(NotSymbolic):
+                use(a)
+    env = lambda x, y: {s0: sympy.Integer(x), s1: sympy.Integer(y)}
+    assert rec.holds(env(9, 3)) and rec.holds(env(5, 5)) and not rec.holds(env(3, 9))
+    from airgraph._core import C
+
+    g = C.Graph()
+    g.add_symbol("s0")
+    g.add_symbol("s1")
+    rec.compile_guards(g)  # the same guards, evaluated by the engine
+    assert rec.holds_at([9, 3]) and rec.holds_at([5, 5]) and not rec.holds_at([3, 9])
+
+
+def test_size_expressions_evaluate_in_the_engine_as_in_python():
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, PythonMod
+
+    from airgraph._core import C
+    from airgraph.lowering.sizes import Recorder, SymSize
+
+    s0, s1 = _syms()
+    g = C.Graph()
+    g.add_symbol("s0")
+    g.add_symbol("s1")
+    rec = Recorder([s0, s1], [5, 3])
+    exprs = [s0 * s1 + 3, FloorDiv(s0 + 7, 8) * 8, PythonMod(s0 - 3 * s1, 4), sympy.Max(s0, s1 + 2),
+             sympy.Min(s0, 2 * s1) - 1, s0**2 - s1]
+    for e in exprs:
+        i = rec.expr_id(g, SymSize(e, int(e.xreplace(rec.hint_env))))
+        for x, y in [(2, 2), (5, 3), (17, 4), (1, 9), (0, 7)]:
+            assert g.eval_expr(i, [x, y]) == int(e.xreplace({s0: x, s1: y})), (e, x, y)
+
+
+def test_a_lowering_that_loses_a_size_is_caught(monkeypatch):
+    """A lowering that turns a symbolic size into the traced number (a bug) must not give wrong
+    results at other sizes: the recording is checked against a lowering at other sizes, and the
+    graph is lowered per size instead."""
+    from airgraph.lowering import LOWERINGS, aten
+    from airgraph.lowering.sizes import SymSize
+
+    orig = LOWERINGS[aten.slice.Tensor]
+    leaks = []
+
+    def leaky(ctx, node, *args, **kw):
+        leaks.extend(a for a in args if isinstance(a, SymSize))
+        return orig(ctx, node, *[a.hint if isinstance(a, SymSize) else a for a in args], **kw)
+
+    monkeypatch.setitem(LOWERINGS, aten.slice.Tensor, leaky)
+
+    def f(x):
+        return x.narrow(1, x.shape[1] - 2, 2) * 2  # the last two columns: the start is a size
+
+    syms = check_sizes(f, lambda n: (torch.randn(3, n),), SIZES, max_graphs=2, lowered_once=False)
+    assert leaks, "the slice lowering never saw a symbolic size"
+    # the graph with a symbolic start (Dynamo also makes one for width 2, where the start is 0)
+    assert any(g.template is None and "differs from a lowering" in g.template_reason for g in syms), \
+        [g.template_reason for g in syms]
+
+
+def test_lower_once_can_be_switched_off():
+    def f(x):
+        return x.reshape(-1, 2).softmax(-1)
+
+    syms = check_sizes(f, lambda n: (torch.randn(n, 4),), SIZES, lowered_once=False, lower_once=False)
+    assert syms[0].template is None and syms[0].template_builds == 0
+    assert len(syms[0].build_ms) == 4

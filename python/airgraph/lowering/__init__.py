@@ -24,6 +24,7 @@ import torch
 import torch.fx
 
 from .._core import C
+from .sizes import NotSymbolic, SymSize, recorder
 
 aten = torch.ops.aten
 
@@ -125,6 +126,11 @@ def concrete(v):
     if not isinstance(v, _SYM_TYPES):
         return v
     expr = v.node.expr
+    rec = recorder()
+    if rec is not None:  # lowering once for every size: the size keeps its expression
+        if not isinstance(v, torch.SymInt):
+            raise NotSymbolic(f"symbolic {type(v).__name__} {expr}")
+        return rec.size(expr)
     env = getattr(_SIZES, "env", None)
     if env is None:
         raise Unsupported(f"symbolic size {v} outside a size binding")
@@ -140,23 +146,38 @@ def concrete(v):
     return r
 
 
+class BoundSize(int):
+    """A symbolic size's value in the current binding, as an FX argument: lowerings that use a
+    size as a number (x + n) build it the way the graph lowered once for every size does
+    (LowerCtx.size_scalar), so that the two lowerings can be compared."""
+
+
+def _arg_size(v):
+    r = concrete(v)
+    if type(r) is int and isinstance(v, torch.SymInt) and not v.node.expr.is_number:
+        return BoundSize(r)
+    return r
+
+
 def concrete_arg(a):
     """An FX argument with symbolic scalars (FX nodes whose value is a SymInt, SymInts in lists)
     replaced by their values in the current binding; tensors and the rest unchanged."""
-    if getattr(_SIZES, "env", None) is None:
+    if getattr(_SIZES, "env", None) is None and recorder() is None:
         return a  # a static graph: nothing to substitute
     if isinstance(a, torch.fx.Node):
         v = a.meta.get("val")
         if isinstance(v, _SYM_TYPES):
             try:
-                return concrete(v)
-            except Unsupported:
+                return _arg_size(v)
+            except (Unsupported, NotSymbolic):
+                if recorder() is not None and isinstance(v, torch.SymInt):
+                    raise
                 return a  # a symbol no input binds (a float argument): stays an engine input
         return a
     if isinstance(a, (list, tuple)):
         return type(a)(concrete_arg(x) for x in a)
     if isinstance(a, _SYM_TYPES):
-        return concrete(a)
+        return _arg_size(a)
     return a
 
 
@@ -177,6 +198,11 @@ class LowerCtx:
         self.node: torch.fx.Node | None = None
         self._counter = 0
         self._types: dict[int, tuple] = {}
+        # Lowering once for every size (sizes.recording): each engine value's shape with SymSize
+        # dims, where it is known for every binding; a lowering that reads another value's
+        # shape makes the graph fall back to lowering per size.
+        self.rec = recorder()
+        self.sym_shapes: dict[int, list] = {}
 
     # --- values -------------------------------------------------------------
     def value(self, arg) -> int:
@@ -204,7 +230,62 @@ class LowerCtx:
         return self.value_type(vid)[0]
 
     def shape(self, vid: int) -> list[int]:
+        if self.rec is not None:
+            s = self.sym_shapes.get(vid)
+            if s is None:
+                raise NotSymbolic(f"the shape of engine value {vid} ({self.node.name if self.node else ''}) "
+                                  "is not known for every size")
+            return list(s)
         return list(self.value_type(vid)[1])
+
+    def set_sym_shape(self, vid: int, shape: list):
+        """Records the shape (with SymSize dims) of an engine value; symbolic dims become a check
+        that every instantiated size infers exactly this shape."""
+        self.sym_shapes[vid] = list(shape)
+        ids = [self.rec.expr_id(self.g, d) if isinstance(d, SymSize) else -1 for d in shape]
+        if any(i >= 0 for i in ids):
+            self.g.set_dim_exprs(vid, ids)
+
+    def _sym_attrs(self, attrs: dict) -> tuple[dict, dict, list]:
+        """Attributes with their sizes at the hint binding; the same with SymSize sizes; and
+        (key, index, expression id) for every size that depends on the symbols."""
+        out, sym, syms = {}, {}, []
+        for k, v in attrs.items():
+            if isinstance(v, torch.SymInt):
+                v = concrete(v)
+            if isinstance(v, SymSize):
+                syms.append((k, -1, self.rec.expr_id(self.g, v)))
+                sym[k], v = v, v.hint
+            elif isinstance(v, (list, tuple)) and any(isinstance(x, (SymSize, torch.SymInt)) for x in v):
+                vals = [concrete(x) if isinstance(x, torch.SymInt) else x for x in v]
+                for i, x in enumerate(vals):
+                    if isinstance(x, SymSize):
+                        syms.append((k, i, self.rec.expr_id(self.g, x)))
+                sym[k] = vals
+                v = [x.hint if isinstance(x, SymSize) else x for x in vals]
+            else:
+                sym[k] = v
+            out[k] = v
+        return out, sym, syms
+
+    def _infer_sym_shapes(self, op: str, inputs: list[int], attrs: dict, syms: list, outs: list[int]):
+        """The symbolic shapes of a node's outputs where the op's semantics give them."""
+        ins = [self.sym_shapes.get(v) for v in inputs]
+        if not syms and all(s is not None and not any(isinstance(d, SymSize) for d in s) for s in ins):
+            for o in outs:  # no size depends on the symbols: the inferred shape holds for all
+                self.sym_shapes[o] = list(self.value_type(o)[1])
+            return
+        if len(outs) != 1 or any(s is None for s in ins):
+            return
+        shape = None
+        if op == "reshape" and "shape" in attrs and not any(type(d) is int and d < 0 for d in attrs["shape"]):
+            shape = list(attrs["shape"])
+        elif op in _elementwise_ops():
+            shape = _broadcast(ins)
+        if shape is not None and [d.hint if isinstance(d, SymSize) else d for d in shape] == \
+                list(self.value_type(outs[0])[1]):
+            self.sym_shapes[outs[0]] = shape
+
 
     def rank(self, vid: int) -> int:
         return len(self.shape(vid))
@@ -229,7 +310,10 @@ class LowerCtx:
             t = torch.full(shape or [], value, dtype=torch_dtype(dtype))
         self._counter += 1
         name = f"{self.node.name if self.node is not None else 'c'}_const{self._counter}"
-        return self.g.add_const(t, name)
+        vid = self.g.add_const(t, name)
+        if self.rec is not None:
+            self.sym_shapes[vid] = list(t.shape)
+        return vid
 
     # --- emitting nodes -----------------------------------------------------
     def emit(self, op: str, inputs: list[int], attrs: dict | None = None, nout: int = 1):
@@ -240,7 +324,12 @@ class LowerCtx:
             name = f"{node.name}.{op}{self._counter}"
         self._emitted = node
         src = source_line(node) if node is not None else ""
-        outs = self.g.add_node(op, list(inputs), dict(attrs or {}), name, src)
+        if self.rec is None:
+            outs = self.g.add_node(op, list(inputs), dict(attrs or {}), name, src)
+        else:
+            plain, sym, syms = self._sym_attrs(dict(attrs or {}))
+            outs = self.g.add_node(op, list(inputs), plain, name, src, syms)
+            self._infer_sym_shapes(op, list(inputs), sym, syms, [outs] if isinstance(outs, int) else outs)
         return outs[0] if nout == 1 else outs
 
     def cast(self, vid: int, dtype: str | torch.dtype) -> int:
@@ -250,10 +339,18 @@ class LowerCtx:
             return vid
         return self.emit("convert", [vid], {"dtype": dtype})
 
+    def size_scalar(self, v, dtype: str) -> int:
+        """A 0-d tensor holding a symbolic size (a size used as a number: x + x.shape[0]): a
+        one-element arange from the size, so that every instance computes its own value."""
+        r = self.emit("arange", [], {"start": v, "end": v + 1, "step": 1, "dtype": "int64"})
+        return self.cast(self.emit("reshape", [r], {"shape": []}), dtype)
+
     def operand(self, arg, dtype: str) -> int:
         """A tensor argument cast to `dtype`, or a Python scalar as a 0-d constant."""
         if isinstance(arg, torch.fx.Node):
             return self.cast(self.value(arg), dtype)
+        if isinstance(arg, (SymSize, BoundSize)):
+            return self.size_scalar(arg, dtype)
         if isinstance(arg, (bool, int, float)):
             return self.const(arg, dtype)
         raise Unsupported(f"unsupported operand {arg!r}")
@@ -266,6 +363,8 @@ class LowerCtx:
                 vals.append(a.meta["val"])
             elif isinstance(a, (bool, int, float)):
                 vals.append(a)
+            elif isinstance(a, SymSize):
+                vals.append(0)  # an int for type promotion
             elif a is None:
                 continue
             else:
@@ -279,6 +378,34 @@ class LowerCtx:
             res = torch.promote_types(res, v.dtype if isinstance(v, torch.Tensor) else torch.tensor(v).dtype)
         del dt
         return engine_dtype(res)
+
+
+_ELEMENTWISE: set | None = None
+
+
+def _elementwise_ops() -> set:
+    global _ELEMENTWISE
+    if _ELEMENTWISE is None:
+        _ELEMENTWISE = set(C.elementwise_ops())
+    return _ELEMENTWISE
+
+
+def _broadcast(shapes: list[list]) -> list | None:
+    """Broadcast of shapes with SymSize dims, or None where it depends on the sizes."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        dims = [d for d in dims if not (isinstance(d, int) and d == 1)]
+        if not dims:
+            out.append(1)
+            continue
+        first = dims[0]
+        key = first.expr if isinstance(first, SymSize) else first
+        if any((d.expr if isinstance(d, SymSize) else d) != key for d in dims[1:]):
+            return None
+        out.append(first)
+    return out
 
 
 def load_all():

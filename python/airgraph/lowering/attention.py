@@ -25,10 +25,8 @@ def _emit_sdpa(ctx, q, k, v, mask, dropout_p, is_causal, scale, bool_mask_ok=Tru
     sq, sk = ctx.shape(vq), ctx.shape(vk)
     if sk[1] == 0 or sq[1] % sk[1] != 0:
         raise Unsupported(f"query heads {sq[1]} are not a multiple of key heads {sk[1]}")
-    if scale is None:
-        if sq[3] == 0:
-            raise Unsupported("head dim 0")
-        scale = 1.0 / math.sqrt(sq[3])
+    if scale is None and sq[3] == 0:
+        raise Unsupported("head dim 0")
     inputs = [vq, vk, vv]
     if mask is not None:
         vm = ctx.value(mask)
@@ -39,8 +37,10 @@ def _emit_sdpa(ctx, q, k, v, mask, dropout_p, is_causal, scale, bool_mask_ok=Tru
         elif mdt not in _FLOAT:
             raise Unsupported(f"attention mask dtype {mdt}")
         inputs.append(vm)
-    res = ctx.emit("sdpa", inputs, {"scale": float(scale), "is_causal": bool(is_causal),
-                                    "has_mask": mask is not None})
+    attrs = {"is_causal": bool(is_causal), "has_mask": mask is not None}
+    if scale is not None:  # else the kernel's default, 1/sqrt(head dim) (a size, maybe symbolic)
+        attrs["scale"] = float(scale)
+    res = ctx.emit("sdpa", inputs, attrs)
     return res
 
 

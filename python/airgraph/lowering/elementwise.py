@@ -9,7 +9,8 @@ rounds the scalar to the tensor's dtype first, and so do we.
 """
 import torch
 
-from . import Unsupported, aten, engine_dtype, lowering, static_shape
+from . import BoundSize, Unsupported, aten, engine_dtype, lowering, static_shape
+from .sizes import SymSize
 
 _FLOATS = {"float32", "float64", "bfloat16", "float16"}
 _HALF = {"bfloat16", "float16"}
@@ -41,6 +42,8 @@ def _operand(ctx, a, dtype: str) -> int:
     """Tensor cast to dtype, or a Python scalar as a 0-d constant."""
     if isinstance(a, torch.fx.Node):
         return ctx.cast(ctx.value(a), dtype)
+    if isinstance(a, (SymSize, BoundSize)):
+        return ctx.size_scalar(a, dtype)
     if _is_scalar(a):
         return _scalar_const(ctx, a, dtype)
     raise Unsupported(f"unsupported operand {a!r}")

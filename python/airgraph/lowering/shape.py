@@ -9,6 +9,7 @@ constant folder usually turns into constants.
 import torch
 
 from . import Unsupported, aten, engine_dtype, lowering, static_shape
+from .sizes import SymSize
 
 _INT64_MAX = 2**63 - 1
 _INTS = {"int64", "int32", "int16", "int8", "uint8"}
@@ -17,6 +18,9 @@ _INTS = {"int64", "int32", "int16", "int8", "uint8"}
 def _ints(seq, what="size") -> list[int]:
     out = []
     for s in seq:
+        if isinstance(s, SymSize):  # lowering once for every size: the size keeps its expression
+            out.append(s)
+            continue
         if isinstance(s, torch.fx.Node) or not isinstance(s, (int, torch.SymInt)) or isinstance(s, bool):
             raise Unsupported(f"{what} {s!r} is not a static int")
         try:
@@ -388,7 +392,7 @@ def _copy(ctx, node, dst, src, non_blocking=False):
 def _num(v):
     if isinstance(v, torch.fx.Node) or isinstance(v, bool):
         raise Unsupported(f"arange bound {v!r}")
-    if isinstance(v, (int, float)):
+    if isinstance(v, (int, float, SymSize)):
         return v
     try:
         return int(v)
@@ -404,8 +408,10 @@ def _arange(ctx, start, end, step):
         # torch computes integer ranges exactly: only pass through integral bounds
         if not all(isinstance(a, int) for a in (start, step)):
             raise Unsupported("integer arange with float start/step")
-    else:
-        attrs = {"start": float(start), "end": float(end), "step": float(step), "dtype": dt}
+    else:  # integral bounds stay ints (sizes may be symbolic); the kernel reads them as doubles
+        attrs = {k: v if isinstance(v, (int, SymSize)) and not isinstance(v, bool) else float(v)
+                 for k, v in (("start", start), ("end", end), ("step", step))}
+        attrs["dtype"] = dt
     return ctx.emit("arange", [], attrs)
 
 

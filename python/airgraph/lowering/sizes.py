@@ -1,0 +1,241 @@
+"""Sizes while lowering a symbolic graph once for every size.
+
+A graph traced with symbolic sizes is lowered once, at the sizes it was traced with (the hint
+binding), into an engine graph that records where sizes are expressions of the symbols: input
+dims, size attributes (a view's shape, a slice's bounds), and the shape every FX node's result
+must have. `Graph.instantiate(sizes)` (C++) replays that graph for any other binding, with no
+Python lowering.
+
+Inside `recording(rec)`, symbolic sizes reach the lowerings as SymSize: an integer that carries
+its expression (sympy, over Dynamo's symbols) and its value at the hint binding. Arithmetic
+(+, -, *, //, %) keeps the expression. A comparison answers with the hint's result and records
+a guard (the relation and its outcome): the recorded graph serves a binding only where every
+guard holds, because the lowering took the same decisions there. Everything that would lose
+the expression (int(), float(), indexing, hashing, true division) raises, so a size can never
+leave the recording as a plain number: such a lowering makes the graph fall back to lowering
+per size (see compiler.SymbolicEngineGraph).
+"""
+from __future__ import annotations
+
+import operator
+import threading
+
+import sympy
+
+_REC = threading.local()
+
+
+class NotSymbolic(Exception):
+    """This graph cannot be lowered once for every size (it is lowered per size instead)."""
+
+
+def _floordiv(a, b):
+    from torch.utils._sympy.functions import FloorDiv
+
+    return FloorDiv(a, b)
+
+
+def _mod(a, b):
+    from torch.utils._sympy.functions import PythonMod
+
+    return PythonMod(a, b)
+
+
+def _recorder() -> "Recorder":
+    rec = getattr(_REC, "rec", None)
+    if rec is None:
+        raise NotSymbolic("a symbolic size was used outside the recording")
+    return rec
+
+
+def _parts(x):
+    if isinstance(x, SymSize):
+        return x.expr, x.hint
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise NotSymbolic(f"a symbolic size combined with {type(x).__name__} {x!r}")
+    return sympy.Integer(x), x
+
+
+def _make(expr, hint: int):
+    return int(hint) if expr.is_number else SymSize(expr, int(hint))
+
+
+class SymSize:
+    """A size that depends on the symbols: its expression and its value at the hint binding."""
+
+    __slots__ = ("expr", "hint")
+
+    def __init__(self, expr, hint: int):
+        self.expr, self.hint = expr, hint
+
+    def __repr__(self):
+        return f"{self.expr}(={self.hint})"
+
+    # arithmetic keeps the expression
+    def _bin(self, other, sym, num, swap=False):
+        (a, ha), (b, hb) = _parts(self), _parts(other)
+        if swap:
+            (a, ha), (b, hb) = (b, hb), (a, ha)
+        return _make(sym(a, b), num(ha, hb))
+
+    def __add__(self, o): return self._bin(o, operator.add, operator.add)
+    def __radd__(self, o): return self._bin(o, operator.add, operator.add, True)
+    def __sub__(self, o): return self._bin(o, operator.sub, operator.sub)
+    def __rsub__(self, o): return self._bin(o, operator.sub, operator.sub, True)
+    def __mul__(self, o): return self._bin(o, operator.mul, operator.mul)
+    def __rmul__(self, o): return self._bin(o, operator.mul, operator.mul, True)
+    def __floordiv__(self, o): return self._bin(o, _floordiv, operator.floordiv)
+    def __rfloordiv__(self, o): return self._bin(o, _floordiv, operator.floordiv, True)
+    def __mod__(self, o): return self._bin(o, _mod, operator.mod)
+    def __rmod__(self, o): return self._bin(o, _mod, operator.mod, True)
+    def __neg__(self): return _make(-self.expr, -self.hint)
+    def __pos__(self): return self
+
+    # comparisons answer for the hint and record a guard
+    def _cmp(self, other, rel, num):
+        if not isinstance(other, (int, SymSize)) or isinstance(other, bool):
+            return NotImplemented
+        (a, ha), (b, hb) = _parts(self), _parts(other)
+        r = rel(a, b)
+        result = num(ha, hb)
+        if r not in (sympy.true, sympy.false):
+            _recorder().guard(r, result)
+        elif bool(r) != result:
+            raise NotSymbolic(f"{a} vs {b}: the hint disagrees with the expression")
+        return result
+
+    def __eq__(self, o): return self._cmp(o, sympy.Eq, operator.eq)
+    def __ne__(self, o): return self._cmp(o, sympy.Ne, operator.ne)
+    def __lt__(self, o): return self._cmp(o, sympy.Lt, operator.lt)
+    def __le__(self, o): return self._cmp(o, sympy.Le, operator.le)
+    def __gt__(self, o): return self._cmp(o, sympy.Gt, operator.gt)
+    def __ge__(self, o): return self._cmp(o, sympy.Ge, operator.ge)
+
+    def __bool__(self):
+        return self._cmp(0, sympy.Ne, operator.ne)
+
+    # anything that would turn it into a plain number refuses
+    def _refuse(self, *_):
+        raise NotSymbolic(f"symbolic size {self.expr} used where a plain number is needed")
+
+    __index__ = __int__ = __float__ = __hash__ = __truediv__ = __rtruediv__ = _refuse
+
+
+class Recorder:
+    """The state of one recording: the symbols (in the engine graph's order), the hint binding,
+    the guards, and the engine graph's size expressions (sympy -> id)."""
+
+    def __init__(self, symbols: list, hints: list[int]):
+        self.symbols = list(symbols)
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+        self.hints = [int(h) for h in hints]
+        self.hint_env = {s: sympy.Integer(h) for s, h in zip(self.symbols, self.hints)}
+        self.guards: dict = {}  # sympy relation -> its outcome at the hint
+        self._ids: dict = {}
+        self._checks = None  # the guards as engine expressions: (expr id, relation, outcome)
+
+    def size(self, expr):
+        """A SymInt's expression as an int (constant) or a SymSize."""
+        h = expr.xreplace(self.hint_env)
+        if not h.is_number:
+            raise NotSymbolic(f"size {expr} depends on symbols no input binds")
+        return _make(expr, int(h))
+
+    def guard(self, rel, outcome: bool):
+        self.guards[rel] = outcome
+
+    def holds(self, env: dict) -> bool:
+        """Do the recorded decisions hold for this binding (sympy Symbol -> sympy Integer)?"""
+        for rel, outcome in self.guards.items():
+            r = rel.xreplace(env)
+            if r not in (sympy.true, sympy.false) or bool(r) != outcome:
+                return False
+        return True
+
+    def compile_guards(self, g):
+        """The guards as engine expressions (lhs - rhs) of graph `g`, for holds_at."""
+        checks = []
+        for rel, outcome in self.guards.items():
+            d = _make(rel.lhs - rel.rhs, 0)
+            if type(d) is int:
+                continue  # decided whatever the sizes (sympy left it unevaluated)
+            checks.append((self.expr_id(g, SymSize(d.expr, int(d.expr.xreplace(self.hint_env)))),
+                           type(rel).__name__, outcome))
+        self._checks = (g, [c[0] for c in checks], [(c[1], c[2]) for c in checks])
+
+    def holds_at(self, sizes: list[int]) -> bool:
+        """holds() for sizes in the symbols' order, evaluated by the engine (compile_guards first)."""
+        g, ids, rels = self._checks
+        if not ids:
+            return True
+        for v, (rel, outcome) in zip(g.eval_exprs(ids, list(sizes)), rels):
+            if _REL[rel](v) != outcome:
+                return False
+        return True
+
+    def expr_id(self, g, x: SymSize) -> int:
+        """The engine graph's id of a size expression (added once), checked at the hint."""
+        i = self._ids.get(x.expr)
+        if i is None:
+            i = g.add_expr(_code(x.expr, self.index), str(x.expr))
+            if g.eval_expr(i, self.hints) != x.hint:
+                raise NotSymbolic(f"size expression {x.expr} evaluates to {g.eval_expr(i, self.hints)} in the "
+                                  f"engine but {x.hint} in Python")
+            self._ids[x.expr] = i
+        return i
+
+
+# a relation of lhs - rhs with 0, by the name of sympy's class
+_REL = {"Equality": lambda v: v == 0, "Unequality": lambda v: v != 0, "StrictLessThan": lambda v: v < 0,
+        "LessThan": lambda v: v <= 0, "StrictGreaterThan": lambda v: v > 0, "GreaterThan": lambda v: v >= 0}
+
+# postfix codes of csrc/ir/size_expr.h
+_CONST, _SYM, _ADD, _MUL, _FLOORDIV, _MOD, _MAX, _MIN, _NEG = range(9)
+
+
+def _code(e, index: dict) -> list[int]:
+    from torch.utils._sympy import functions as F
+
+    if e.is_Integer:
+        return [_CONST, int(e)]
+    if e.is_Symbol:
+        if e not in index:
+            raise NotSymbolic(f"symbol {e} is bound by no input")
+        return [_SYM, index[e]]
+    folds = {sympy.Add: _ADD, sympy.Mul: _MUL, sympy.Max: _MAX, sympy.Min: _MIN}
+    for cls, op in folds.items():
+        if isinstance(e, cls):
+            code = _code(e.args[0], index)
+            for a in e.args[1:]:
+                code += _code(a, index) + [op]
+            return code
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 1:
+        base = _code(e.base, index)
+        code = list(base)
+        for _ in range(int(e.exp) - 1):
+            code += base + [_MUL]
+        return code
+    if isinstance(e, (F.FloorDiv, getattr(F, "CleanDiv", F.FloorDiv))):
+        return _code(e.args[0], index) + _code(e.args[1], index) + [_FLOORDIV]
+    if isinstance(e, (F.PythonMod, F.Mod, sympy.Mod)):
+        return _code(e.args[0], index) + _code(e.args[1], index) + [_MOD]
+    raise NotSymbolic(f"size expression {e} ({type(e).__name__}) has no engine form")
+
+
+def recorder() -> Recorder | None:
+    return getattr(_REC, "rec", None)
+
+
+class recording:
+    """Lower with symbolic sizes kept as SymSize (see the module docstring)."""
+
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+
+    def __enter__(self):
+        self.prev = getattr(_REC, "rec", None)
+        _REC.rec = self.rec
+        return self.rec
+
+    def __exit__(self, *exc):
+        _REC.rec = self.prev
