@@ -14,6 +14,11 @@ each backend compiled fresh (torch._dynamo.reset) before its pass. Steady latenc
 backend has seen every size, rounds over three sizes call each backend in a rotated order
 (interleaved, so the VM's drift hits all alike); medians per size. Dynamo graphs: how many graphs
 Dynamo handed the backend. Engine work: airgraph's per-size program builds (ms each).
+
+Inductor compiles with an empty cache directory (TORCHINDUCTOR_CACHE_DIR, a fresh temporary
+folder per run), as on a user's first run: its on-disk caches (FX graphs, kernels) would otherwise
+make a second run of this benchmark report a fraction of the first run's compile time. Pass
+--inductor-cache to keep the usual cache (what a process restart on the same machine sees).
 """
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if "--inductor-cache" not in sys.argv:
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_cold_")
 import torch  # noqa: E402
 
 torch._dynamo.config.recompile_limit = 64  # the static reference compiles once per size
@@ -47,6 +56,8 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--lengths", type=int, default=16, help="how many sequence lengths (a smoke run uses fewer)")
     ap.add_argument("--backends", default="eager,inductor,airgraph,airgraph-gears,airgraph-static")
+    ap.add_argument("--inductor-cache", action="store_true",
+                    help="keep Inductor's usual on-disk cache (default: a fresh, empty one)")
     a = ap.parse_args()
     torch.set_num_threads(THREADS)
     import airgraph
@@ -121,7 +132,8 @@ def main():
         results[nm]["steady_ms"] = {k: statistics.median(v) for k, v in lat[nm].items()}
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
     print(f"\nVarying shapes: zoo BERT {a.size}, {len(lengths)} lengths ({lengths[0]}..{lengths[-1]}) "
-          f"x batch {batches}, {len(order)} calls; {cpu}, {THREADS} threads, torch {torch.__version__}\n")
+          f"x batch {batches}, {len(order)} calls; {cpu}, {THREADS} threads, torch {torch.__version__}; "
+          f"Inductor's cache: {'the usual one' if a.inductor_cache else 'empty (a first run)'}\n")
     hdr = "| backend | total, compiles included (s) | Dynamo graphs | engine programs (median ms each) | " + \
         " | ".join(f"steady {k} (ms)" for k in lat[names[0]]) + " |"
     print(hdr)

@@ -93,8 +93,7 @@ class SymSize:
 
     # comparisons answer for the hint and record a guard
     def _cmp(self, other, rel, num):
-        if not isinstance(other, (int, SymSize)) or isinstance(other, bool):
-            return NotImplemented
+        # any other operand (a float, None) refuses: Python's fallback would answer False unguarded
         (a, ha), (b, hb) = _parts(self), _parts(other)
         r = rel(a, b)
         result = num(ha, hb)
