@@ -15,8 +15,10 @@
 // output [B, H, L, Ev]. The score buffer lives in the run's scratch (the
 // executor's); (b, key head) pairs are processed in chunks that keep
 // it under kScoreBudget floats. A head whose own scores would exceed the budget
-// (very long sequences) runs a row kernel instead: per query row, dot products,
-// softmax and the weighted sum of value rows.
+// (very long sequences), and a decode step (at most kFewRows query rows per key
+// head: G * L small), run a row kernel instead: per query row, dot products,
+// softmax and the weighted sum of value rows. For a decode step it is as fast
+// as the GEMMs and builds no oneDNN primitive, so a new KV length costs nothing.
 #include <cmath>
 #include <limits>
 
@@ -54,6 +56,7 @@ std::vector<TensorType> infer_sdpa(const std::vector<TensorType>& in, const Attr
 }
 
 constexpr int64_t kScoreBudget = int64_t(1) << 22;  // floats (16 MiB) of scores per chunk
+constexpr int64_t kFewRows = 4;  // query rows per key head up to which the row kernel runs
 
 using dnnl_util::Exec;
 
@@ -75,7 +78,7 @@ class SdpaKernel final : public Kernel {
       mstr_ = broadcast_strides(ms, {B_, H_, L_, S_});
     }
     const int64_t per_head = G_ * L_ * S_;
-    gemm_ = B_ * H_ * L_ * Ev_ > 0 && S_ > 0 && E_ > 0 && per_head <= kScoreBudget;
+    gemm_ = B_ * H_ * L_ * Ev_ > 0 && S_ > 0 && E_ > 0 && per_head <= kScoreBudget && G_ * L_ > kFewRows;
     if (gemm_) {
       chunk_ = std::max<int64_t>(1, std::min(B_ * Hk_, kScoreBudget / per_head));
       make_gemms(chunk_, full_);

@@ -106,6 +106,22 @@ def test_sdpa_long_sequence_row_kernel(dtype):
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L,Hk", [(1, 4), (1, 2), (2, 4), (1, 1)])
+def test_sdpa_decode_step_row_kernel(dtype, L, Hk):
+    """A decode step (one or two query rows per head against a cache; G * L <= 4 query rows per key
+    head) runs the row kernel, with GQA, an additive or bool mask, and causality."""
+    H, S, E = 8, 37, 16
+    q, k, v = r(2, H, L, E, dtype=dtype), r(2, Hk, S, E, dtype=dtype), r(2, Hk, S, E, dtype=dtype)
+    add = torch.randn(2, 1, L, S, dtype=dtype)
+    keep = torch.rand(2, 1, L, S) > 0.3
+    keep[1, ..., :] = False  # a fully masked row gives 0
+    gqa = dict(enable_gqa=True) if Hk != H else {}
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, **gqa), q, k, v, add)
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, **gqa), q, k, v, keep)
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), q, k, v)
+
+
 def _fallback_equal(fn, *args):
     torch._dynamo.reset()
     with torch.no_grad():
