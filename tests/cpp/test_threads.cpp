@@ -44,7 +44,7 @@ std::shared_ptr<Program> build_mixed_program(std::string* kernels) {
   Value* l = g.add_node("linear", {r, constant(g, {64, 256}, 6, 0.06f, "w_fc"), constant(g, {64}, 7, 0.1f, "b_fc")},
                         {}, "fc")->out();
   l = g.add_node("gelu", {l}, {}, "gelu")->out();
-  Value* q = g.add_node("reshape", {l}, attrs({{"shape", std::vector<int64_t>{2, 2, 4, 64}}}), "heads")->out();
+  Value* q = g.add_node("reshape", {l}, attrs({{"shape", std::vector<int64_t>{2, 1, 8, 64}}}), "heads")->out();
   Value* s = g.add_node("sdpa", {q, q, q}, attrs({{"scale", 0.125}, {"is_causal", false}, {"has_mask", false}}),
                         "attn")->out();
   Value* t = g.add_node("tanh", {s}, {}, "tanh")->out();
