@@ -249,15 +249,15 @@ static std::string vname(const Value* v) { return "%" + v->name; }
 
 std::string Graph::str() const {
   std::ostringstream os;
-  auto dims_with_exprs = [&](const Value* v) {
-    for (auto& [id, ex] : dim_exprs_)
-      if (id == v->id) {
-        std::string t = std::string(dtype_name(v->type.dtype)) + "[";
-        for (size_t i = 0; i < ex.size(); ++i)
-          t += (i ? ", " : "") + (ex[i] >= 0 ? exprs_[ex[i]].text : std::to_string(v->type.size(i)));
-        return t + "]";
-      }
-    return v->type.str();
+  std::vector<const std::vector<int32_t>*> dex(values_.size(), nullptr);
+  for (auto& [id, ex] : dim_exprs_) dex[id] = &ex;
+  auto dims_with_exprs = [&](const Value* v) {  // "float32[s0, 4]" where dims are expressions
+    const auto* ex = dex[v->id];
+    if (!ex) return v->type.str();
+    std::string t = std::string(dtype_name(v->type.dtype)) + "[";
+    for (size_t i = 0; i < ex->size(); ++i)
+      t += (i ? ", " : "") + ((*ex)[i] >= 0 ? exprs_[(*ex)[i]].text : std::to_string(v->type.size(i)));
+    return t + "]";
   };
   os << "graph(";
   for (size_t i = 0; i < inputs_.size(); ++i)
@@ -276,7 +276,7 @@ std::string Graph::str() const {
   for (auto& n : nodes_) {
     os << "  ";
     for (size_t i = 0; i < n->outputs.size(); ++i)
-      os << (i ? ", " : "") << vname(n->outputs[i]) << ": " << n->outputs[i]->type.str();
+      os << (i ? ", " : "") << vname(n->outputs[i]) << ": " << dims_with_exprs(n->outputs[i]);
     os << " = " << n->op->name << "(";
     for (size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << vname(n->inputs[i]);
     os << ")";

@@ -556,6 +556,13 @@ class SymbolicEngineGraph:
             return
         self.template, self.template_rec, self.template_vals = low, rec, key[n:]
         self.template_reason = ""
+        if self.config.dump_graph:  # the graph lowered once, with its size expressions and guards
+            folder = os.path.join(self.config.dump_dir, f"graph_{self.gid}_symbolic")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "lowered_once.txt"), "w") as f:
+                f.write(f"# symbols: {self.describe()}\n")
+                f.write("".join(f"# guard: {rel} is {out}\n" for rel, out in rec.guards.items()))
+                f.write(str(low.g))
 
     def _check_recording(self, low: Lowered, rec, key, consts):
         """The recorded graph, instantiated at other sizes, must equal the FX graph lowered at those

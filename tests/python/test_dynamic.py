@@ -465,3 +465,22 @@ def test_lower_once_can_be_switched_off():
     syms = check_sizes(f, lambda n: (torch.randn(n, 4),), SIZES, lowered_once=False, lower_once=False)
     assert syms[0].template is None and syms[0].template_builds == 0
     assert len(syms[0].build_ms) == 4
+
+
+def test_graph_dump_shows_the_graph_lowered_once(tmp_path):
+    def f(x):
+        return x.reshape(x.shape[0] * 2, -1)[: x.shape[0]].relu()
+
+    torch._dynamo.reset()
+    cfg = airgraph.CompilerConfig(fallback=False, dump_graph=True, dump_dir=str(tmp_path))
+    c = torch.compile(f, backend=airgraph.get_backend(cfg), dynamic=True)
+    for n in (4, 6):
+        x = torch.randn(n, 8)
+        assert_close(c(x), f(x))
+    dumps = list(tmp_path.glob("graph_*_symbolic/lowered_once.txt"))
+    assert len(dumps) == 1, list(tmp_path.iterdir())
+    text = dumps[0].read_text()
+    assert re.search(r"# symbols: s\d+ = x dim 0, s\d+ = x dim 1", text), text
+    assert re.search(r"%\S+: float32\[s\d+, s\d+\]", text), text  # the input's symbolic dims
+    assert re.search(r"%relu: float32\[s\d+, \(s\d+//2\)\] = relu", text), text  # a value's shape
+    assert re.search(r"sizes \{shape\[0\]=2\*s\d+", text), text  # a size attribute as an expression
