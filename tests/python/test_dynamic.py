@@ -484,3 +484,28 @@ def test_graph_dump_shows_the_graph_lowered_once(tmp_path):
     assert re.search(r"%\S+: float32\[s\d+, s\d+\]", text), text  # the input's symbolic dims
     assert re.search(r"%relu: float32\[s\d+, \(s\d+//2\)\] = relu", text), text  # a value's shape
     assert re.search(r"sizes \{shape\[0\]=2\*s\d+", text), text  # a size attribute as an expression
+
+
+def test_sizes_where_a_recorded_decision_fails_are_lowered_per_size():
+    """A binding where a guard of the recording fails gets a program lowered from the FX graph."""
+    import sympy
+
+    def f(x):
+        return x.reshape(-1, 2).softmax(-1) * x.shape[0]
+
+    torch._dynamo.reset()
+    be = _Counting()
+    c = torch.compile(f, backend=be, dynamic=True)
+    with torch.no_grad(), collect_reports() as reps:
+        x = torch.randn(4, 6)
+        assert_close(c(x), f(x))  # compiles, lowered once
+        g = [g for r in reps for g in r.symbolic][0]
+        assert g.template is not None
+        s0 = g.symbols[0]
+        g.template_rec.guard(sympy.Lt(s0, 7), True)  # as if the lowering had decided on s0 < 7
+        g.template_rec.compile_guards(g.template.g)
+        for n in (5, 9, 3, 12):
+            x = torch.randn(n, 6)
+            assert_close(c(x), f(x), msg=f"n={n}")
+    assert be.graphs == 1
+    assert g.template_builds == 3 and len(g.build_ms) == 5  # 9 and 12 were lowered per size
