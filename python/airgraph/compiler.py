@@ -215,10 +215,6 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
     """Lowers every node of `gm` (placeholders at `consts` positions become constants)."""
     g = C.Graph()
     ctx = LowerCtx(g)
-    rec = ctx.rec
-    if rec is not None:
-        for s in rec.symbols:
-            g.add_symbol(str(s))
     input_positions: list[int] = []
     scalar_inputs: dict[int, torch.dtype] = {}
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -228,23 +224,16 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
             t = consts[i].detach()
             if not t.is_contiguous():
                 t = t.contiguous()
-            ctx.env[n] = g.add_const(t, n.name)
-            if rec is not None:
-                ctx.sym_shapes[ctx.env[n]] = list(t.shape)
+            ctx.env[n] = ctx.add_const(t, n.name)
         elif _is_tensor_meta(val):
-            shape = static_shape(val)
-            ctx.env[n] = g.add_input(engine_dtype(val.dtype), [getattr(d, "hint", d) for d in shape], n.name)
-            if rec is not None:
-                ctx.set_sym_shape(ctx.env[n], shape)
+            ctx.env[n] = ctx.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
             input_positions.append(i)
         elif (dt := _scalar_kind(val)) is not None:
             if is_symbolic(val) and concrete_arg(n) is not n:
                 continue  # a size of this binding: its value is substituted where it is used
             if not n.users:
                 continue  # a size or flag the trace already specialized on
-            ctx.env[n] = g.add_input(dt, [], n.name)  # a 0-d tensor made from the argument per call
-            if rec is not None:
-                ctx.sym_shapes[ctx.env[n]] = []
+            ctx.env[n] = ctx.add_input(dt, [], n.name)  # a 0-d tensor made from the argument per call
             input_positions.append(i)
             scalar_inputs[i] = torch_dtype(dt)
         else:
@@ -262,9 +251,7 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
             t = get_attr_tensor(n)
             if not isinstance(t, torch.Tensor):
                 raise Unsupported(f"FX node {n.name} reads a {type(t).__name__}, not a tensor")
-            ctx.env[n] = g.add_const(t.detach().contiguous(), n.name)
-            if rec is not None:
-                ctx.sym_shapes[ctx.env[n]] = list(t.shape)
+            ctx.env[n] = ctx.add_const(t.detach().contiguous(), n.name)
         elif n.op == "output":
             outs = n.args[0]
             outs = outs if isinstance(outs, (list, tuple)) else [outs]

@@ -203,6 +203,23 @@ class LowerCtx:
         # shape makes the graph fall back to lowering per size.
         self.rec = recorder()
         self.sym_shapes: dict[int, list] = {}
+        if self.rec is not None:
+            for sym in self.rec.symbols:
+                graph.add_symbol(str(sym))
+
+    def add_input(self, dtype: str, shape: list, name: str) -> int:
+        """A graph input; its dims may be SymSize (lowering once for every size)."""
+        vid = self.g.add_input(dtype, [getattr(d, "hint", d) for d in shape], name)
+        if self.rec is not None:
+            self.set_sym_shape(vid, shape)
+        return vid
+
+    def add_const(self, t: torch.Tensor, name: str) -> int:
+        """A contiguous tensor as a constant of the graph."""
+        vid = self.g.add_const(t, name)
+        if self.rec is not None:
+            self.sym_shapes[vid] = list(t.shape)
+        return vid
 
     # --- values -------------------------------------------------------------
     def value(self, arg) -> int:
@@ -310,10 +327,7 @@ class LowerCtx:
             t = torch.full(shape or [], value, dtype=torch_dtype(dtype))
         self._counter += 1
         name = f"{self.node.name if self.node is not None else 'c'}_const{self._counter}"
-        vid = self.g.add_const(t, name)
-        if self.rec is not None:
-            self.sym_shapes[vid] = list(t.shape)
-        return vid
+        return self.add_const(t, name)
 
     # --- emitting nodes -----------------------------------------------------
     def emit(self, op: str, inputs: list[int], attrs: dict | None = None, nout: int = 1):
