@@ -95,13 +95,13 @@ def test_left_padded_batch_and_sampling_equal_eager():
     want = _gen(m, ids, 10, attention_mask=mask)
     torch.manual_seed(5)
     with torch.no_grad():
-        want_s = m.generate(ids[:1], max_new_tokens=10, do_sample=True, top_k=20)
+        want_s = m.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=True, top_k=20)
     be, _ = _compiled(m)
     with collect_reports() as reps:
         got = _gen(m, ids, 10, attention_mask=mask)
         torch.manual_seed(5)
         with torch.no_grad():
-            got_s = m.generate(ids[:1], max_new_tokens=10, do_sample=True, top_k=20)
+            got_s = m.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=True, top_k=20)
     assert torch.equal(got, want), (got.tolist(), want.tolist())
     assert torch.equal(got_s, want_s), (got_s.tolist(), want_s.tolist())
     _all_native_and_lowered_once(reps)
