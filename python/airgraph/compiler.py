@@ -532,8 +532,8 @@ class SymbolicEngineGraph:
         try:
             with bound_sizes(self._env(key)), recording(rec):
                 low = lower_graph(self.gm, consts)
-            self._check_recording(low, rec, key, consts)
             rec.compile_guards(low.g)
+            self._check_recording(low, rec, key, consts)
         except Exception as e:
             where = [f for f in traceback.extract_tb(e.__traceback__)
                      if "airgraph" in f.filename and not f.filename.endswith("sizes.py")]
@@ -561,7 +561,7 @@ class SymbolicEngineGraph:
         candidates = ([h + 1 + i for i, h in enumerate(hint)], [2 * h + 3 + i for i, h in enumerate(hint)],
                       [h + 1 for h in hint], [2 * h for h in hint], [h + 8 for h in hint])
         for sizes in candidates:
-            if not rec.holds(sympy_binding(dict(zip(self.symbols, sizes)))):
+            if not rec.holds_at(sizes):
                 continue
             try:
                 with bound_sizes(dict(zip(self.symbols, sizes))):

@@ -343,7 +343,7 @@ class LowerCtx:
         else:
             plain, sym, syms = self._sym_attrs(dict(attrs or {}))
             outs = self.g.add_node(op, list(inputs), plain, name, src, syms)
-            self._infer_sym_shapes(op, list(inputs), sym, syms, [outs] if isinstance(outs, int) else outs)
+            self._infer_sym_shapes(op, list(inputs), sym, syms, outs)
         return outs[0] if nout == 1 else outs
 
     def cast(self, vid: int, dtype: str | torch.dtype) -> int:

@@ -143,27 +143,19 @@ class Recorder:
     def guard(self, rel, outcome: bool):
         self.guards[rel] = outcome
 
-    def holds(self, env: dict) -> bool:
-        """Do the recorded decisions hold for this binding (sympy Symbol -> sympy Integer)?"""
-        for rel, outcome in self.guards.items():
-            r = rel.xreplace(env)
-            if r not in (sympy.true, sympy.false) or bool(r) != outcome:
-                return False
-        return True
-
     def compile_guards(self, g):
         """The guards as engine expressions (lhs - rhs) of graph `g`, for holds_at."""
         checks = []
         for rel, outcome in self.guards.items():
-            d = _make(rel.lhs - rel.rhs, 0)
+            d = self.size(rel.lhs - rel.rhs)
             if type(d) is int:
                 continue  # decided whatever the sizes (sympy left it unevaluated)
-            checks.append((self.expr_id(g, SymSize(d.expr, int(d.expr.xreplace(self.hint_env)))),
-                           type(rel).__name__, outcome))
+            checks.append((self.expr_id(g, d), type(rel).__name__, outcome))
         self._checks = (g, [c[0] for c in checks], [(c[1], c[2]) for c in checks])
 
     def holds_at(self, sizes: list[int]) -> bool:
-        """holds() for sizes in the symbols' order, evaluated by the engine (compile_guards first)."""
+        """Do the recorded decisions hold for these sizes (in the symbols' order)? Evaluated by the
+        engine; compile_guards first."""
         g, ids, rels = self._checks
         if not ids:
             return True
