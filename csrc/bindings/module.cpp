@@ -353,6 +353,13 @@ NB_MODULE(_C, m) {
              return p;
            },
            nb::rv_policy::take_ownership)
+      .def("clone",  // a symbolic copy for the passes to run on (instantiate serves the result)
+           [](PyGraph& g) {
+             auto p = new PyGraph();
+             p->g = g.g->clone();
+             return p;
+           },
+           nb::rv_policy::take_ownership)
       .def("add_node", &PyGraph::add_node, nb::arg("op"), nb::arg("inputs"), nb::arg("attrs"), nb::arg("name") = "",
            nb::arg("source") = "", nb::arg("sym_attrs") = std::vector<std::tuple<std::string, int, int>>{})
       .def("set_outputs", &PyGraph::set_outputs)
@@ -406,12 +413,19 @@ NB_MODULE(_C, m) {
       .def(
           "compile",
           [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache,
-             std::shared_ptr<ArenaSource> arena) {
+             std::shared_ptr<ArenaSource> arena, KernelCache* kernels) {
             dnnl_util::PrepackScope scope(cache);  // programs sharing a cache share packed weights
-            return new PyExecutable(compile_program(*g.g, inplace, fault_node), std::move(arena));
+            return new PyExecutable(compile_program(*g.g, inplace, fault_node, kernels), std::move(arena));
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
-          nb::arg("arena").none() = nb::none(), nb::rv_policy::take_ownership);
+          nb::arg("arena").none() = nb::none(), nb::arg("kernels").none() = nb::none(),
+          nb::rv_policy::take_ownership);
+
+  // Kernels shared by the programs of one graph's sizes (a node seen before reuses its kernel).
+  nb::class_<KernelCache>(m, "KernelCache")
+      .def(nb::init<>())
+      .def_prop_ro("hits", &KernelCache::hits)
+      .def_prop_ro("size", &KernelCache::size);
 
   // Arena memory shared by the programs of one graph's sizes (leased per call).
   nb::class_<ArenaSource>(m, "ArenaSource")

@@ -74,12 +74,18 @@ void Graph::set_dim_exprs(Value* v, std::vector<int32_t> exprs) {
            ", got ", exprs.size(), " dim expressions");
   for (int32_t e : exprs)
     AG_CHECK(e >= -1 && e < static_cast<int32_t>(exprs_.size()), "value %", v->name, ": no size expression ", e);
-  for (auto& [id, ex] : dim_exprs_)
-    if (id == v->id) {
-      ex = std::move(exprs);
-      return;
-    }
-  dim_exprs_.emplace_back(v->id, std::move(exprs));
+  if (v->id >= static_cast<int>(dim_exprs_.size())) dim_exprs_.resize(values_.size());
+  auto& slot = dim_exprs_[v->id];
+  num_dim_exprs_ += slot.empty() - exprs.empty();
+  slot = std::move(exprs);
+}
+
+std::vector<SymAttr> Graph::shape_sym_attrs(const Value* v, const std::string& key) const {
+  std::vector<SymAttr> r;
+  if (const auto* ex = dim_exprs(v))
+    for (size_t i = 0; i < ex->size(); ++i)
+      if ((*ex)[i] >= 0) r.push_back(SymAttr{key, static_cast<int32_t>(i), (*ex)[i]});
+  return r;
 }
 
 static std::string dims_text(const std::vector<int64_t>& d) { return shape_str(d); }
@@ -87,82 +93,117 @@ static std::string dims_text(const std::vector<int64_t>& d) { return shape_str(d
 std::unique_ptr<Graph> Graph::instantiate(const std::vector<int64_t>& sizes) const {
   AG_CHECK(sizes.size() == symbols_.size(), "instantiate: ", sizes.size(), " sizes for ", symbols_.size(),
            " symbols");
-  std::vector<int64_t> val(exprs_.size());
-  for (size_t i = 0; i < exprs_.size(); ++i) val[i] = eval_size_expr(exprs_[i], sizes);
-  std::vector<const std::vector<int32_t>*> dex(values_.size(), nullptr);
-  for (auto& [id, ex] : dim_exprs_) dex[id] = &ex;
+  return replay(&sizes);
+}
+
+std::unique_ptr<Graph> Graph::clone() const { return replay(nullptr); }
+
+// Replays the graph: inputs, constants (sharing their bytes), then the nodes in their order,
+// each value under its own id (ids of values whose node a pass removed stay, unused). With
+// `sizes`, every expression is evaluated there and every type inferred again; without, the
+// copy keeps the expressions.
+std::unique_ptr<Graph> Graph::replay(const std::vector<int64_t>* sizes) const {
+  const bool keep = sizes == nullptr;
+  std::vector<int64_t> val(keep ? 0 : exprs_.size());
+  for (size_t i = 0; i < val.size(); ++i) val[i] = eval_size_expr(exprs_[i], *sizes);
   auto dims_of = [&](const Value* v) {
     std::vector<int64_t> d = v->type.shape();
-    if (const auto* ex = dex[v->id])
+    if (const auto* ex = dim_exprs(v))
       for (size_t i = 0; i < d.size(); ++i)
         if ((*ex)[i] >= 0) d[i] = val[(*ex)[i]];
     return d;
   };
   std::string binding;
-  for (size_t i = 0; i < sizes.size(); ++i)
-    binding += (i ? ", " : "") + symbols_[i] + "=" + std::to_string(sizes[i]);
+  for (size_t i = 0; !keep && i < sizes->size(); ++i)
+    binding += (i ? ", " : "") + symbols_[i] + "=" + std::to_string((*sizes)[i]);
   auto out = std::make_unique<Graph>();
-  std::vector<Value*> map(values_.size(), nullptr);
-  auto same_id = [&](const Value* from, Value* to) {
-    AG_CHECK(from->id == to->id, "instantiate: value %", from->name, " changed id");
-    map[from->id] = to;
-  };
-  // Values are created in id order by inputs, constants and nodes as they were added;
-  // replaying them in id order keeps every id.
-  std::vector<const Node*> producer_of(values_.size(), nullptr);
-  for (auto& n : nodes_)
-    for (Value* o : n->outputs) producer_of[o->id] = n.get();
-  for (size_t id = 0; id < values_.size(); ++id) {
-    if (map[id]) continue;
-    const Value* v = values_[id].get();
-    if (v->kind == ValueKind::Input) {
-      for (int64_t d : dims_of(v))
-        AG_CHECK(d >= 0, "input %", v->name, " gets a negative size with ", binding);
-      same_id(v, out->add_input(TensorType(v->type.dtype, dims_of(v)), v->name));
-    } else if (v->kind == ValueKind::Const) {
-      same_id(v, out->add_const(v->type, v->storage, v->name));
-    } else {
-      const Node* n = producer_of[id];
-      AG_CHECK(n != nullptr, "instantiate: value %", v->name, " has no producer");
-      Attrs a = n->attrs;
-      for (const SymAttr& s : n->sym_attrs) {
-        int64_t x = val[s.expr];
-        if (s.index < 0) {
-          a.set(s.key, x);
-        } else {
-          std::vector<int64_t> ints = a.ints(s.key);
-          AG_CHECK(s.index < static_cast<int32_t>(ints.size()), "instantiate: attribute ", s.key, "[", s.index,
-                   "] of node '", n->name, "' is out of range");
-          ints[s.index] = x;
-          a.set(s.key, ints);
-        }
-      }
-      std::vector<Value*> ins;
-      for (Value* x : n->inputs) {
-        AG_CHECK(map[x->id] != nullptr, "instantiate: node '", n->name, "' uses %", x->name, " before it is defined");
-        ins.push_back(map[x->id]);
-      }
-      Node* m;
-      try {
-        m = out->add_node(n->op->name, ins, std::move(a), n->name, n->source);
-      } catch (const Error& e) {
-        fail("at sizes ", binding, ": ", e.what());
-      }
-      for (size_t i = 0; i < n->outputs.size(); ++i) same_id(n->outputs[i], m->outputs[i]);
-    }
+  if (keep) {
+    out->symbols_ = symbols_;
+    out->exprs_ = exprs_;
   }
-  for (auto& [id, ex] : dim_exprs_) {
+  out->values_.reserve(values_.size());
+  // placeholders keep every id; the values a pass left unused stay bare
+  for (size_t i = 0; i < values_.size(); ++i) out->new_value(ValueKind::NodeOutput, TensorType{}, std::string{});
+  std::vector<char> live(values_.size(), 0);
+  for (const Value* v : inputs_) {
+    Value* w = out->values_[v->id].get();
+    w->kind = ValueKind::Input;
+    w->name = v->name;
+    w->type = v->type;
+    if (!keep) {
+      for (int64_t d : dims_of(v)) AG_CHECK(d >= 0, "input %", v->name, " gets a negative size with ", binding);
+      w->type = TensorType(v->type.dtype, dims_of(v));
+    }
+    out->inputs_.push_back(w);
+    live[v->id] = 1;
+  }
+  for (auto& v : values_)
+    if (v->kind == ValueKind::Const) {
+      Value* w = out->values_[v->id].get();
+      w->kind = ValueKind::Const;
+      w->storage = v->storage;
+      w->name = v->name;
+      w->type = v->type;
+      live[v->id] = 1;
+    }
+  for (auto& n : nodes_) {
+    Attrs a = n->attrs;
+    for (const SymAttr& s : n->sym_attrs) {
+      if (keep) break;
+      int64_t x = val[s.expr];
+      if (s.index < 0) {
+        a.set(s.key, x);
+      } else {
+        std::vector<int64_t> ints = a.ints(s.key);
+        AG_CHECK(s.index < static_cast<int32_t>(ints.size()), "instantiate: attribute ", s.key, "[", s.index,
+                 "] of node '", n->name, "' is out of range");
+        ints[s.index] = x;
+        a.set(s.key, ints);
+      }
+    }
+    std::vector<Value*> ins, outs;
+    for (Value* x : n->inputs) {
+      AG_CHECK(live[x->id], "instantiate: node '", n->name, "' uses %", x->name, " before it is defined");
+      ins.push_back(out->values_[x->id].get());
+    }
+    for (Value* o : n->outputs) {
+      outs.push_back(out->values_[o->id].get());
+      outs.back()->name = o->name;
+    }
+    Node* m;
+    try {
+      m = out->make_node(n->op->name, ins, std::move(a), n->name, n->source, &outs);
+    } catch (const Error& e) {
+      fail("at sizes ", binding, ": ", e.what());
+    }
+    m->id = n->id;
+    m->sized = n->sized || !n->sym_attrs.empty();
+    if (keep) m->sym_attrs = n->sym_attrs;
+    out->nodes_.emplace_back(m);
+    for (Value* o : n->outputs) live[o->id] = 1;
+  }
+  out->next_node_id_ = next_node_id_;
+  for (size_t id = 0; id < dim_exprs_.size(); ++id) {
+    if (dim_exprs_[id].empty() || !live[id]) continue;
     const Value* v = values_[id].get();
+    if (keep) {
+      out->set_dim_exprs(out->values_[id].get(), dim_exprs_[id]);
+      continue;
+    }
     if (v->kind == ValueKind::Input) continue;
-    std::vector<int64_t> want = dims_of(v), got = map[id]->type.shape();
+    std::vector<int64_t> want = dims_of(v), got = out->values_[id]->type.shape();
     if (want != got) {
-      std::string where = map[id]->producer ? map[id]->producer->context() : "%" + v->name;
+      const Value* w = out->values_[id].get();
+      std::string where = w->producer ? w->producer->context() : "%" + v->name;
       fail("at sizes ", binding, ": %", v->name, " should have shape ", dims_text(want), " but the engine infers ",
            dims_text(got), " for ", where);
     }
   }
   std::vector<Value*> outs;
-  for (Value* v : outputs_) outs.push_back(map[v->id]);
+  for (Value* v : outputs_) {
+    AG_CHECK(live[v->id], "instantiate: graph output %", v->name, " is never defined");
+    outs.push_back(out->values_[v->id].get());
+  }
   out->set_outputs(outs);
   return out;
 }
@@ -173,7 +214,7 @@ int Graph::add_symbol(const std::string& name) {
 }
 
 Node* Graph::make_node(const std::string& opname, const std::vector<Value*>& inputs, Attrs attrs,
-                       const std::string& name, const std::string& source) {
+                       const std::string& name, const std::string& source, const std::vector<Value*>* outputs) {
   const OpDef* op = find_op(opname);
   auto node = std::make_unique<Node>();
   node->op = op;
@@ -197,9 +238,19 @@ Node* Graph::make_node(const std::string& opname, const std::vector<Value*>& inp
   }
   for (auto& t : out_types)
     for (auto& d : t.dims) AG_CHECK(d.value >= 0, "negative size inferred for ", node->context());
+  if (outputs)
+    AG_CHECK(outputs->size() == out_types.size(), "op ", op->name, " gives ", out_types.size(), " outputs, not ",
+             outputs->size(), ": ", node->context());
   node->id = next_node_id_++;
   for (size_t i = 0; i < out_types.size(); ++i) {
-    Value* v = new_value(ValueKind::NodeOutput, out_types[i], node->name + (out_types.size() > 1 ? "." + std::to_string(i) : ""));
+    Value* v;
+    if (outputs) {
+      v = (*outputs)[i];
+      v->type = out_types[i];
+    } else {
+      v = new_value(ValueKind::NodeOutput, out_types[i],
+                    node->name + (out_types.size() > 1 ? "." + std::to_string(i) : ""));
+    }
     v->producer = node.get();
     v->output_index = static_cast<int>(i);
     node->outputs.push_back(v);
@@ -224,6 +275,9 @@ Node* Graph::insert_node_before(Node* before, const std::string& op, const std::
 }
 
 void Graph::replace_all_uses(Value* from, Value* to) {
+  if (num_dim_exprs_ > 0 && to->kind != ValueKind::Input && dim_exprs(from) && !dim_exprs(to) &&
+      from->type.rank() == to->type.rank())
+    set_dim_exprs(to, *dim_exprs(from));
   for (auto& n : nodes_)
     for (auto& v : n->inputs)
       if (v == from) v = to;
@@ -249,10 +303,8 @@ static std::string vname(const Value* v) { return "%" + v->name; }
 
 std::string Graph::str() const {
   std::ostringstream os;
-  std::vector<const std::vector<int32_t>*> dex(values_.size(), nullptr);
-  for (auto& [id, ex] : dim_exprs_) dex[id] = &ex;
   auto dims_with_exprs = [&](const Value* v) {  // "float32[s0, 4]" where dims are expressions
-    const auto* ex = dex[v->id];
+    const auto* ex = dim_exprs(v);
     if (!ex) return v->type.str();
     std::string t = std::string(dtype_name(v->type.dtype)) + "[";
     for (size_t i = 0; i < ex->size(); ++i)

@@ -46,6 +46,7 @@ struct SymAttr {
   std::string key;
   int32_t index = -1;
   int32_t expr = -1;
+  bool operator==(const SymAttr& o) const { return key == o.key && index == o.index && expr == o.expr; }
 };
 
 struct Node {
@@ -57,6 +58,9 @@ struct Node {
   std::string name;    // FX node name
   std::string source;  // user source line ("file.py:12 in forward: x = ...")
   std::vector<SymAttr> sym_attrs;  // symbolic graphs only; attrs hold the values of the graph's own binding
+  // An instance's node whose attributes were sizes of the symbols (it had sym_attrs): not folded
+  // into a constant, so that an instance optimizes like the symbolic graph does (see fold_constants)
+  bool sized = false;
   Value* out(int i = 0) const { return outputs[i]; }
   std::string context() const;  // op, name, input/output types and source, for errors
 };
@@ -89,12 +93,24 @@ class Graph {
   // The dims of `v` as expressions (-1: a constant dim). For a graph input they give its
   // type in every binding; for any other value they are a check on the inferred type.
   void set_dim_exprs(Value* v, std::vector<int32_t> exprs);
-  bool is_symbolic() const { return !exprs_.empty() || !dim_exprs_.empty(); }
+  // The dim expressions of `v`, or nullptr when it has none.
+  const std::vector<int32_t>* dim_exprs(const Value* v) const {
+    return v->id < static_cast<int>(dim_exprs_.size()) && !dim_exprs_[v->id].empty() ? &dim_exprs_[v->id] : nullptr;
+  }
+  // Size attributes that make `key` (an int list) equal to v's dims in every binding.
+  std::vector<SymAttr> shape_sym_attrs(const Value* v, const std::string& key) const;
+  bool is_symbolic() const { return !exprs_.empty() || num_dim_exprs_ > 0; }
   // A graph with the same inputs, constants (sharing their bytes), nodes, value ids and
   // outputs, every expression evaluated at `sizes` (one per symbol) and every type
   // inferred again; no expressions remain. Throws ag::Error naming the node when a size
   // check fails or an op rejects the sizes.
+  // Passes may run on a symbolic graph (they decide at its own binding; the front checks the
+  // result at other sizes): nodes they remove keep their values' ids unused, and instantiate
+  // replays the nodes in their order.
   std::unique_ptr<Graph> instantiate(const std::vector<int64_t>& sizes) const;
+  // A copy that stays symbolic (expressions, dim expressions, size attributes), for passes to
+  // run on while this graph stays as it was.
+  std::unique_ptr<Graph> clone() const;
 
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
@@ -104,7 +120,8 @@ class Graph {
   Value* value(int id) const { return values_[id].get(); }
   int num_values() const { return static_cast<int>(values_.size()); }
 
-  // Rewrites every use of `from` (node inputs and graph outputs) to `to`.
+  // Rewrites every use of `from` (node inputs and graph outputs) to `to`. In a symbolic
+  // graph `to` inherits from's dim expressions (as a check) when it has none.
   void replace_all_uses(Value* from, Value* to);
   // Drops nodes for which `dead(node)` is true; keeps the order of the rest.
   int remove_nodes_if(const std::function<bool(const Node&)>& dead);
@@ -116,7 +133,8 @@ class Graph {
 
  private:
   Node* make_node(const std::string& op, const std::vector<Value*>& inputs, Attrs attrs, const std::string& name,
-                  const std::string& source);
+                  const std::string& source, const std::vector<Value*>* outputs = nullptr);
+  std::unique_ptr<Graph> replay(const std::vector<int64_t>* sizes) const;
   Value* new_value(ValueKind k, const TensorType& t, const std::string& name);
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -124,7 +142,8 @@ class Graph {
   std::vector<Value*> outputs_;
   std::vector<std::string> symbols_;
   std::vector<SizeExpr> exprs_;
-  std::vector<std::pair<int, std::vector<int32_t>>> dim_exprs_;  // value id -> expr per dim
+  std::vector<std::vector<int32_t>> dim_exprs_;  // by value id: expr per dim (empty: none)
+  int num_dim_exprs_ = 0;
   int next_node_id_ = 0;
 };
 

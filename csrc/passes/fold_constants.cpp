@@ -12,7 +12,10 @@ int fold_constants(Graph& g, size_t max_bytes) {
   int changes = 0;
   for (auto& up : g.nodes()) {
     Node* n = up.get();
-    if (n->op->has(kNoFold) || !n->op->make_kernel) continue;
+    // A node whose attributes are sizes of the symbols (arange(s0) has no inputs at all; a slice
+    // of a buffer up to s0) depends on the binding: a symbolic graph keeps it, and so does each
+    // instance, so that the passes decide alike on both (compiler.py checks that they do).
+    if (n->op->has(kNoFold) || !n->op->make_kernel || !n->sym_attrs.empty() || n->sized) continue;
     bool all_const = true;
     for (Value* v : n->inputs) all_const = all_const && v->is_const();
     if (!all_const) continue;

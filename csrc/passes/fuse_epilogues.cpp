@@ -123,6 +123,7 @@ class Fuser {
         result = nn->out();
         if (via) {
           Node* rs = g_.insert_node_before(c, "reshape", {result}, via->attrs, via->name, via->source);
+          rs->sym_attrs = via->sym_attrs;
           touched.insert(rs);
           result = rs->out();
         }
@@ -156,7 +157,9 @@ class Fuser {
       return o->producer->inputs[0];
     Attrs a;
     a.set("shape", want);
-    return g_.insert_node_before(before, "reshape", {o}, a, o->name + ".as_gemm", before->source)->out();
+    Node* rs = g_.insert_node_before(before, "reshape", {o}, a, o->name + ".as_gemm", before->source);
+    if (mode == epi::Mode::Full) rs->sym_attrs = g_.shape_sym_attrs(v, "shape");  // v's dims in every binding
+    return rs->out();
   }
 
   bool match(const Node& n, const Node& c, Value* v, bool via_reshape, Absorb* ab) {

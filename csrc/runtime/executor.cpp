@@ -40,7 +40,78 @@ class FaultKernel final : public Kernel {
 };
 }  // namespace
 
-std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, const std::string& fault_node) {
+namespace {
+std::unique_ptr<Kernel> make_kernel_of(const Node& n) {
+  try {
+    return n.op->make_kernel(n);
+  } catch (const Error& e) {
+    fail(e.what(), "\n  while preparing the kernel of ", n.context());
+  } catch (const std::exception& e) {
+    fail("kernel preparation failed: ", e.what(), "\n  in ", n.context());
+  }
+}
+
+size_t hash_types(size_t h, const std::vector<Value*>& vs) {
+  for (const Value* v : vs) {
+    h = h * 1000003u ^ static_cast<size_t>(v->type.dtype);
+    for (const Dim& d : v->type.dims) h = h * 1000003u ^ static_cast<size_t>(d.value);
+    if (v->is_const()) h = h * 1000003u ^ std::hash<const void*>()(v->storage.get());
+  }
+  return h;
+}
+}  // namespace
+
+KernelCache::Entry KernelCache::get(const Node& n) {
+  size_t h = hash_types(hash_types(std::hash<std::string>()(n.name) ^ std::hash<const void*>()(n.op), n.inputs),
+                        n.outputs);
+  auto same = [&](const Key& k) {
+    if (k.name != n.name || k.in.size() != n.inputs.size() || k.out.size() != n.outputs.size() || !(k.attrs == n.attrs))
+      return false;
+    size_t c = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!(k.in[i] == n.inputs[i]->type)) return false;
+      if (n.inputs[i]->is_const() && (c >= k.consts.size() || k.consts[c++] != n.inputs[i]->storage)) return false;
+    }
+    if (c != k.consts.size()) return false;
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!(k.out[i] == n.outputs[i]->type)) return false;
+    return true;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [b, e] = entries_.equal_range(h);
+    for (auto it = b; it != e; ++it)
+      if (same(it->second.first)) {
+        ++hits_;
+        return it->second.second;
+      }
+  }
+  Entry made{make_kernel_of(n), std::make_shared<const std::string>(n.context())};
+  Key k{{}, {}, n.attrs, n.name, {}};
+  for (const Value* v : n.inputs) {
+    k.in.push_back(v->type);
+    if (v->is_const()) k.consts.push_back(v->storage);
+  }
+  for (const Value* v : n.outputs) k.out.push_back(v->type);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.size() >= kMaxEntries) entries_.clear();
+  entries_.emplace(h, std::make_pair(std::move(k), made));
+  return made;
+}
+
+size_t KernelCache::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+
+size_t KernelCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, const std::string& fault_node,
+                                         KernelCache* kernels) {
+  if (!fault_node.empty()) kernels = nullptr;  // the fault hook wraps kernels of this program only
   auto prog = std::make_shared<Program>();
   for (Value* v : g.inputs()) {
     AG_CHECK(v->type.is_static(), "input %", v->name, " has symbolic shape ", v->type.str(),
@@ -78,21 +149,20 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     for (Value* v : n->inputs) operand(v);
     ins.out_begin = static_cast<uint32_t>(prog->operands.size());
     for (Value* v : n->outputs) operand(v);
-    std::unique_ptr<Kernel> k;
-    try {
-      k = n->op->make_kernel(*n);
-    } catch (const Error& e) {
-      fail(e.what(), "\n  while preparing the kernel of ", n->context());
-    } catch (const std::exception& e) {
-      fail("kernel preparation failed: ", e.what(), "\n  in ", n->context());
+    KernelCache::Entry made;
+    if (kernels) {
+      made = kernels->get(*n);
+    } else {
+      std::unique_ptr<Kernel> k = make_kernel_of(*n);
+      if (!fault_node.empty() && n->name == fault_node && !n->op->has(kAlias))
+        k = std::make_unique<FaultKernel>(std::move(k), n->outputs[0]->type.dtype, n->outputs[0]->type.numel());
+      made = {std::move(k), std::make_shared<const std::string>(n->context())};
     }
-    if (!fault_node.empty() && n->name == fault_node && !n->op->has(kAlias))
-      k = std::make_unique<FaultKernel>(std::move(k), n->outputs[0]->type.dtype, n->outputs[0]->type.numel());
-    ins.kernel = k.get();
-    prog->scratch_bytes = std::max(prog->scratch_bytes, k->scratch_bytes());
-    prog->kernels.push_back(std::move(k));
+    ins.kernel = made.kernel.get();
+    prog->scratch_bytes = std::max(prog->scratch_bytes, made.kernel->scratch_bytes());
+    prog->kernels.push_back(std::move(made.kernel));
     prog->instrs.push_back(ins);
-    prog->instr_context.push_back(n->context());
+    prog->instr_context.push_back(std::move(made.context));
     prog->instr_names.push_back(n->name);
     prog->instr_ops.push_back(n->op->name);
   }
@@ -220,7 +290,7 @@ void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
       }
     }
   } catch (const std::exception& e) {
-    fail("kernel failed: ", e.what(), "\n  in ", P.instr_context[i]);
+    fail("kernel failed: ", e.what(), "\n  in ", *P.instr_context[i]);
   }
 }
 

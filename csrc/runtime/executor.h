@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -23,7 +24,7 @@
 namespace ag {
 
 struct Instr {
-  Kernel* kernel;
+  const Kernel* kernel;
   uint32_t in_begin, out_begin;  // positions in Program::operands
 };
 
@@ -51,7 +52,7 @@ struct CompileStats {
 
 class Program {
  public:
-  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::vector<std::shared_ptr<const Kernel>> kernels;  // shared with other programs through a KernelCache
   std::vector<Instr> instrs;
   std::vector<void*> operands;  // template; arena pointers are rebased by the executor
   std::vector<int64_t> arena_offsets;  // per operand: arena offset, or -1
@@ -59,7 +60,7 @@ class Program {
   std::vector<OutputSpec> outputs;
   std::vector<TensorType> input_types;
   std::vector<size_t> external_bytes;
-  std::vector<std::string> instr_context;  // node context for errors (cold)
+  std::vector<std::shared_ptr<const std::string>> instr_context;  // node context for errors (cold)
   std::vector<std::string> instr_names;    // FX node names
   std::vector<std::string> instr_ops;      // op names
   size_t arena_bytes = 0;     // intermediate values
@@ -68,11 +69,41 @@ class Program {
   CompileStats stats;
 };
 
+// Kernels shared by the programs that one symbolic graph builds for its sizes. A node with the
+// same name, op, attributes, input and output types and constant inputs as one seen before
+// gets that node's kernel (a kernel is read-only once made, and each executor keeps its own
+// state), so a new size makes only the kernels whose shapes changed: for a decode step with a
+// new KV length the attention and the cache update, not the GEMMs. Constants are held by the
+// entries, so a constant's address is never reused while an entry names it.
+class KernelCache {
+ public:
+  struct Entry {
+    std::shared_ptr<const Kernel> kernel;
+    std::shared_ptr<const std::string> context;
+  };
+  Entry get(const Node& n);  // makes the kernel on a miss
+  size_t hits() const;
+  size_t size() const;
+
+ private:
+  struct Key {
+    std::vector<TensorType> in, out;
+    Attrs attrs;
+    std::string name;
+    std::vector<std::shared_ptr<Storage>> consts;
+  };
+  static constexpr size_t kMaxEntries = 16384;  // then it starts over (programs keep their kernels)
+  mutable std::mutex mu_;
+  std::unordered_multimap<size_t, std::pair<Key, Entry>> entries_;
+  size_t hits_ = 0;
+};
+
 // Graph must be verified and fully static. Keeps constants alive through the program.
 // `fault_node` is a test-only hook: the kernel of the node with that name gets
 // its first output perturbed after every run (to test accuracy bisection).
+// With `kernels`, nodes seen before reuse their kernels (see KernelCache).
 std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace = true,
-                                         const std::string& fault_node = "");
+                                         const std::string& fault_node = "", KernelCache* kernels = nullptr);
 
 // Arena memory shared by the programs one graph builds for its sizes (compiler.py's
 // SymbolicEngineGraph): an executor of such a program leases a buffer for each call instead of

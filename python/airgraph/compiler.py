@@ -271,7 +271,7 @@ class EngineGraph:
 
     def __init__(self, gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], config: CompilerConfig,
                  report: CompileReport, prepack_cache=None, arena=None, keep_text: bool = True,
-                 lowered: "Lowered | None" = None):
+                 lowered: "Lowered | None" = None, optimized: bool = False, kernel_cache=None):
         t0 = time.perf_counter()
         self.gid = next(_GRAPH_IDS)
         self.gm = gm
@@ -287,13 +287,14 @@ class EngineGraph:
             self.dumper.write_fx(gm)
             self.dumper.stage_dump("lowered", g.describe())
             after_pass = self.dumper.stage_dump
-        stats = g.optimize(set(config.disable_passes), config.fold_max_bytes, after_pass)
+        # (a symbolic graph's template was optimized once, for every size)
+        stats = [] if optimized else g.optimize(set(config.disable_passes), config.fold_max_bytes, after_pass)
         self.dump_entries: list[dict] = []
         if config.dump_data:
             self._expose_for_dump(g)
         # the optimized graph as text (tests and debugging; the other sizes of a symbolic graph skip it)
         self.graph_text = str(g) if keep_text else ""
-        self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena)
+        self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena, kernel_cache)
         self.exe.set_profiling(config.profile)
         self._plan_call()
         self.profiles = collections.deque(maxlen=1000)  # (starts ns, durations ns) per call
@@ -485,6 +486,7 @@ class SymbolicEngineGraph:
         self.value_dtypes = [phs[i].meta["val"].dtype for i in self.values]
         self.gears = {s: sorted(set(v)) for s, v in spec.gears.items() if s in self.symbols}
         self.prepack_cache = C.PrepackCache()  # weights packed once for every size
+        self.kernel_cache = C.KernelCache()  # a kernel whose node and shapes were seen before is reused
         self.arena = C.ArenaSource()  # one arena (of the largest size seen) per concurrent caller
         self.instances: collections.OrderedDict = collections.OrderedDict()
         self.lock = threading.Lock()
@@ -494,6 +496,9 @@ class SymbolicEngineGraph:
         self.template: Lowered | None = None  # the graph lowered once for every size
         self.template_reason = "off (config.lower_once)"  # why there is none
         self.template_builds = 0
+        self.optimized = None  # the template after the passes, when they decide alike at every size checked
+        self.optimized_reason = "no template"
+        self.optimized_builds = 0
         report.symbolic.append(self)
         hint = tuple(h for _, _, _, h in self.rules)
         if any(h is None for h in hint):
@@ -533,7 +538,7 @@ class SymbolicEngineGraph:
             with bound_sizes(self._env(key)), recording(rec):
                 low = lower_graph(self.gm, consts)
             rec.compile_guards(low.g)
-            self._check_recording(low, rec, key, consts)
+            probe = self._check_recording(low, rec, key, consts)
         except Exception as e:
             where = [f for f in traceback.extract_tb(e.__traceback__)
                      if "airgraph" in f.filename and not f.filename.endswith("sizes.py")]
@@ -543,6 +548,7 @@ class SymbolicEngineGraph:
             return
         self.template, self.template_rec, self.template_vals = low, rec, key[n:]
         self.template_reason = ""
+        self._optimize_template(probe)
         if self.config.dump_graph:  # the graph lowered once, with its size expressions and guards
             folder = os.path.join(self.config.dump_dir, f"graph_{self.gid}_symbolic")
             os.makedirs(folder, exist_ok=True)
@@ -570,20 +576,52 @@ class SymbolicEngineGraph:
                 continue
             if str(low.instance(sizes).g) != want:
                 raise Unsupported(f"the recorded graph differs from a lowering at sizes {sizes}")
-            return
+            return sizes
         raise Unsupported("no other sizes to check the recorded graph at")
 
-    def _lowered_at(self, key):
-        """The template's instance at these sizes, when the template serves them."""
+    def _optimize(self, g):
+        return g.optimize(set(self.config.disable_passes), self.config.fold_max_bytes)
+
+    def _optimize_template(self, probe):
+        """Runs the passes once, on the recorded graph (they decide at the traced sizes and carry
+        the size attributes of the nodes they rewrite). Used for every size only if, at the checked
+        sizes, its instance equals the passes run on the template's instance there: a decision that
+        holds only at the traced sizes shows as a difference, and every size runs the passes."""
+        if self.config.dump_graph or self.config.dump_data or self.config.fault_node:
+            self.optimized_reason = "off while dumping or testing (every size runs the passes)"
+            return
+        try:
+            opt = self.template.g.clone()
+            self._optimize(opt)
+            want = self.template.g.instantiate(list(probe))
+            self._optimize(want)
+            if str(opt.instantiate(list(probe))) != str(want):
+                raise Unsupported(f"the passes decide differently at sizes {list(probe)}")
+        except Exception as e:
+            self.optimized_reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            log.debug("airgraph: graph_%d runs the passes per size: %s", self.gid, self.optimized_reason)
+            return
+        self.optimized, self.optimized_reason = opt, ""
+
+    def _lowered_at(self, key, use_optimized=True):
+        """The template's instance at these sizes, when the template serves them, and whether it is
+        the optimized template's (the passes are done)."""
         n = len(self.symbols)
         if self.template is None or key[n:] != self.template_vals or not self.template_rec.holds_at(key[:n]):
-            return None
+            return None, False
         try:
-            return self.template.instance(key[:n])
+            if self.optimized is not None and use_optimized:
+                try:
+                    low = dataclasses.replace(self.template, g=self.optimized.instantiate(list(key[:n])))
+                    return low, True
+                except EngineError as e:
+                    log.info("airgraph: graph_%d at sizes %s runs the passes again: %s", self.gid,
+                             self._key_text(key), str(e).splitlines()[0])
+            return self.template.instance(key[:n]), False
         except EngineError as e:  # a size check failed: lower this size from the FX graph
             log.info("airgraph: graph_%d at sizes %s is lowered again: %s", self.gid, self._key_text(key),
                      str(e).splitlines()[0])
-            return None
+            return None, False
 
     def _build(self, key, first=False):
         t0 = time.perf_counter()
@@ -591,12 +629,14 @@ class SymbolicEngineGraph:
         report = self.report if first else CompileReport()
         consts = self._consts(key)
         try:
-            low = self._lowered_at(key)
+            # (the first build runs the passes itself: its report and graph text show them)
+            low, optimized = self._lowered_at(key, use_optimized=not first)
             if low is not None:
                 self.template_builds += 1
+                self.optimized_builds += optimized
             with bound_sizes(env):
                 eg = EngineGraph(self.gm, consts, self.config, report, self.prepack_cache, self.arena,
-                                 keep_text=first, lowered=low)
+                                 keep_text=first, lowered=low, optimized=optimized, kernel_cache=self.kernel_cache)
         except Exception as e:  # a size the engine cannot take (or a lowering bug at this size) runs in PyTorch
             if first or not self.config.fallback:
                 raise
@@ -610,9 +650,10 @@ class SymbolicEngineGraph:
         self.instances[key] = run
         while len(self.instances) > max(1, self.config.dynamic_sizes):
             self.instances.popitem(last=False)
-        if not first:
+        if not first and log.isEnabledFor(logging.INFO):  # (the sizes' text costs more than a build's Python)
             log.info("airgraph: graph_%d: new sizes %s: engine program built in %.1f ms (%d sizes built so far; "
                      "%s)", self.gid, self._key_text(key), ms, len(self.build_ms),
+                     "lowered and optimized once" if self.optimized is not None else
                      "from the graph lowered once" if self.template is not None else "lowered per size")
         return run
 
@@ -637,7 +678,7 @@ class SymbolicEngineGraph:
         for i, name, d, expr in self.expected:
             a = args[i]
             got = a if d < 0 else a.shape[d] if isinstance(a, torch.Tensor) and d < a.dim() else None
-            want = expr.xreplace(env)
+            want = env[expr] if expr in env else expr.xreplace(env)
             if got is None or (want.is_number and int(want) != got):
                 src = ", ".join(self.where[s] or str(s) for s in self.symbols if s in expr.free_symbols)
                 raise EngineError(f"graph_{self.gid}: {name} dim {d} is {got}, but the graph needs "

@@ -82,6 +82,8 @@ class ExplainReport:
                              f"engine work per new size {ms[len(ms) // 2]:.1f} ms (median); "
                              + ("lowered once for every size" if g.template is not None
                                 else f"lowered per size ({g.template_reason})")
+                             + ("" if g.template is None else "; optimized once" if g.optimized is not None
+                                else f"; passes per size ({g.optimized_reason})")
                              + (f"; gears {dict((str(k), v) for k, v in g.gears.items())}" if g.gears else ""))
         return "\n".join(lines)
 
