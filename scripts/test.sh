@@ -15,7 +15,13 @@ cpp_status=$?
 tail -n 30 build/ctest.log
 
 echo "== Python tests"
-HF_HUB_OFFLINE=1 python -m pytest tests/python -q -rs -p no:cacheprovider "$@"  # -rs: every skip prints its reason
+# One pytest worker per core, at most 4 (most of a test's time is Dynamo tracing in one Python
+# thread); AIRGRAPH_TEST_WORKERS=0 runs them in this process.
+workers=${AIRGRAPH_TEST_WORKERS:-$(nproc)}
+[ "$workers" -gt 4 ] && workers=4
+xdist=()
+[ "$workers" -gt 1 ] && xdist=(-n "$workers")
+HF_HUB_OFFLINE=1 python -m pytest tests/python -q -rs -p no:cacheprovider "${xdist[@]}" "$@"  # -rs: every skip prints its reason
 py_status=$?
 set -e
 if [ "$cpp_status" != 0 ] || [ "$py_status" != 0 ]; then
