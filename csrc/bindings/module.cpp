@@ -366,6 +366,7 @@ NB_MODULE(_C, m) {
       .def("value_type", &PyGraph::value_type)
       .def("verify", [](PyGraph& g) { g.g->verify(); })
       .def("num_nodes", [](PyGraph& g) { return g.g->nodes().size(); })
+      .def("is_symbolic", [](PyGraph& g) { return g.g->is_symbolic(); })
       .def("__str__", [](PyGraph& g) { return g.g->str(); })
       .def("node_ops", [](PyGraph& g) {
         std::vector<std::pair<std::string, std::string>> r;

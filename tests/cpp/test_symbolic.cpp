@@ -188,5 +188,48 @@ TEST(OptimizedOnce, InstancesOfTheOptimizedGraphRunCorrectly) {
   }
 }
 
+// Programs of one symbolic graph share the kernels of nodes seen before (same name, op, attrs,
+// types and constants); a node whose sizes or constants differ gets its own.
+TEST(KernelCache, ANodeSeenBeforeReusesItsKernel) {
+  auto g = recorded_graph();  // x: [s0, 4] -> reshape [2*s0, 2] -> relu
+  KernelCache cache;
+  auto a = g->instantiate({3}), b = g->instantiate({3}), c = g->instantiate({5});
+  auto pa = compile_program(*a, true, "", &cache);
+  auto pb = compile_program(*b, true, "", &cache);
+  auto pc = compile_program(*c, true, "", &cache);
+  ASSERT_EQ(pa->kernels.size(), pb->kernels.size());
+  for (size_t i = 0; i < pa->kernels.size(); ++i) {
+    EXPECT_EQ(pa->kernels[i], pb->kernels[i]) << i;
+    EXPECT_EQ(pa->instr_context[i], pb->instr_context[i]) << i;
+    EXPECT_NE(pa->kernels[i], pc->kernels[i]) << i;  // other sizes
+  }
+  EXPECT_EQ(cache.hits(), pa->kernels.size());
+  Executor ex(pc);
+  std::vector<float> x(20);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 2 ? 1.f * i : -1.f * i;
+  auto outs = ex.run({x.data()});
+  const float* y = static_cast<const float*>(outs[0].data);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], x[i] > 0 ? x[i] : 0.f);
+
+  // the same node with other constant bytes (of the same type) gets its own kernel
+  auto with_const = [](float v) {
+    auto h = std::make_unique<Graph>();
+    Value* in = h->add_input(TensorType(DType::f32, {4, 8}), "x");
+    Value* w = h->add_const(TensorType(DType::f32, {8, 8}), Storage::allocate(8 * 8 * 4), "w");
+    for (int i = 0; i < 64; ++i) static_cast<float*>(w->storage->data)[i] = (i % 9 == 0) ? v : 0.f;
+    Node* n = h->add_node("linear", {in, w}, Attrs{}, "lin");
+    h->set_outputs({n->out()});
+    return h;
+  };
+  KernelCache wc;
+  auto h1 = with_const(1.f), h2 = with_const(2.f);
+  auto p1 = compile_program(*h1, true, "", &wc), p2 = compile_program(*h2, true, "", &wc);
+  EXPECT_NE(p1->kernels[0], p2->kernels[0]);
+  EXPECT_EQ(wc.hits(), 0u);
+  std::vector<float> xin(32, 1.f);
+  auto o2 = Executor(p2).run({xin.data()});
+  EXPECT_EQ(static_cast<const float*>(o2[0].data)[0], 2.f);  // identity times 2, not the first weights
+}
+
 }  // namespace
 }  // namespace ag

@@ -30,7 +30,7 @@ class _Counting:
 def check_sizes(fn, make_inputs, sizes, max_graphs=1, dynamic=True, lowered_once=True, **cfg):
     """Compiles fn once and checks it against eager for every size; returns the symbolic graphs.
     lowered_once: every program came from the graph lowered once for every size (no per-size
-    lowering of the FX graph)."""
+    lowering of the FX graph), and every size after the first from the graph optimized once."""
     torch._dynamo.reset()
     be = _Counting(**cfg)
     c = torch.compile(fn, backend=be, dynamic=dynamic)
@@ -44,6 +44,9 @@ def check_sizes(fn, make_inputs, sizes, max_graphs=1, dynamic=True, lowered_once
         for g in syms:
             assert g.template is not None, f"graph_{g.gid} is lowered per size: {g.template_reason}"
             assert g.template_builds == len(g.build_ms), (g.template_builds, len(g.build_ms))
+            # ... and optimized once: every size after the first skipped the passes
+            assert g.optimized is not None, f"graph_{g.gid} runs the passes per size: {g.optimized_reason}"
+            assert g.optimized_builds == len(g.build_ms) - 1, (g.optimized_builds, len(g.build_ms))
     return syms
 
 
@@ -324,9 +327,12 @@ def test_zoo_dynamic(name):
     syms = [g for r in reps for g in r.symbolic]
     assert syms and all(n.native for r in reps for n in r.nodes), "fallback nodes"
     assert sum(len(g.build_ms) for g in syms) >= 2
-    # every size came from the graph lowered once (no per-size lowering of the FX graph)
+    # every size came from the graph lowered once (no per-size lowering of the FX graph), and every
+    # size after the first from the graph optimized once (no passes per size)
     assert all(g.template is not None and g.template_builds == len(g.build_ms) for g in syms), \
         [g.template_reason for g in syms]
+    assert all(g.optimized is not None and g.optimized_builds == len(g.build_ms) - 1 for g in syms), \
+        [g.optimized_reason for g in syms]
     assert all(re.match(r"s\d+ = \S+ dim \d", g.describe()) for g in syms), [g.describe() for g in syms]
 
 
@@ -453,6 +459,32 @@ def test_a_lowering_that_loses_a_size_is_caught(monkeypatch):
     # the graph with a symbolic start (Dynamo also makes one for width 2, where the start is 0)
     assert any(g.template is None and "differs from a lowering" in g.template_reason for g in syms), \
         [g.template_reason for g in syms]
+
+
+def test_passes_that_decide_by_the_traced_sizes_run_per_size(monkeypatch):
+    """The passes run once on the recorded graph only when they decide there as they do at other
+    sizes. A pipeline that behaves differently on the recorded graph (planted here: fusion off
+    there only, as a decision bound to the traced sizes would) is caught by the check, and every
+    size runs the passes itself, with correct results."""
+    from airgraph.compiler import SymbolicEngineGraph
+
+    orig = SymbolicEngineGraph._optimize
+
+    def planted(self, g):
+        if g.is_symbolic():
+            return g.optimize({"fuse_elementwise"}, self.config.fold_max_bytes)
+        return orig(self, g)
+
+    monkeypatch.setattr(SymbolicEngineGraph, "_optimize", planted)
+
+    def f(x):
+        return torch.relu(x * 2 + 1).reshape(-1, 2)
+
+    syms = check_sizes(f, lambda n: (torch.randn(n, 4),), SIZES, lowered_once=False)
+    g = syms[0]
+    assert g.template is not None and g.template_builds == len(g.build_ms)
+    assert g.optimized is None and "passes decide differently" in g.optimized_reason, g.optimized_reason
+    assert g.optimized_builds == 0
 
 
 def test_lower_once_can_be_switched_off():
