@@ -1,0 +1,237 @@
+"""Text generation: transformers' generate() with the model's forward compiled by each backend.
+
+For every backend (eager, Inductor, airgraph, OpenVINO's torch.compile backend), KV cache (transformers'
+default DynamicCache, and the static cache) and batch size, one worker process builds the same model
+(random weights from a config, the same seed), compiles `model.forward`, and measures:
+
+  first     the first generate() of NEW tokens, compiles included (ms)
+  prefill   a generate() of 1 new token: the prompt's forward and one token (median, ms)
+  decode    (generate() of NEW tokens - generate() of 1 token) / (NEW - 1): ms per decoded token (median)
+
+Greedy tokens are compared with eager's (the first generate() and every repeat). Beside each decode figure:
+the memory-bandwidth floor for one decode step, bytes read per token (every weight once, the KV cache at
+the middle length) divided by the copy bandwidth measured here.
+
+  .venv/bin/python bench/generate.py                      # zoo decoder (small), batch 1 and 4
+  .venv/bin/python bench/generate.py --model 0.5b --batches 1
+
+Models: small = the zoo's LLaMA-style decoder, small config, with its KV cache on; full = the zoo's
+LLaMA-style decoder, full config (110M parameters); 0.5b = a Qwen2-0.5B-style config (LLaMA-style, 24
+layers of 896, GQA 14/2, 151936-token vocabulary: 494M parameters).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+THREADS = 2
+BACKENDS = ("eager", "inductor", "airgraph", "openvino")
+
+
+def build_model(name: str):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    if name == "small":
+        cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+        model = LlamaForCausalLM(cfg)
+    elif name == "full":
+        cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                          num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048)
+        model = LlamaForCausalLM(cfg)
+    elif name == "0.5b":
+        cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096,
+                          tie_word_embeddings=True)
+        model = Qwen2ForCausalLM(cfg)
+    else:
+        raise SystemExit(f"unknown model {name!r} (small, full, 0.5b)")
+    cfg._attn_implementation = "sdpa"
+    return model.eval()
+
+
+def _compile(model, backend: str):
+    import torch
+
+    if backend == "eager":
+        return
+    if backend == "inductor":
+        model.forward = torch.compile(model.forward)
+    elif backend == "airgraph":
+        import airgraph  # noqa: F401  (registers the backend; by name works too)
+
+        model.forward = torch.compile(model.forward, backend="airgraph")
+    elif backend == "openvino":
+        import openvino.torch  # noqa: F401  (registers the backend)
+
+        model.forward = torch.compile(model.forward, backend="openvino")
+    else:
+        raise SystemExit(f"unknown backend {backend!r}")
+
+
+def worker(a) -> dict:
+    """One backend, cache and batch: times and tokens as JSON on stdout."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    model = build_model(a.model)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, model.config.vocab_size, (a.batch, a.prompt), generator=g)
+    mask = torch.ones_like(ids)
+    kw = dict(attention_mask=mask, do_sample=False, pad_token_id=0)
+    if a.cache == "static":
+        kw["cache_implementation"] = "static"
+    if a.backend == "airgraph":
+        from airgraph.backend import collect_reports
+
+        sink_cm = collect_reports()
+        sink = sink_cm.__enter__()
+    _compile(model, a.backend)
+
+    def gen(n):
+        t0 = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        return (time.perf_counter() - t0) * 1000, out[:, a.prompt:]
+
+    res = {}
+    with torch.no_grad():
+        res["first_ms"], toks = gen(a.new)
+        tokens = [toks.tolist()]
+        pre, full = [], []
+        for _ in range(a.repeats):
+            pre.append(gen(1)[0])
+            ms, toks = gen(a.new)
+            full.append(ms)
+            tokens.append(toks.tolist())
+    res["prefill_ms"] = statistics.median(pre)
+    res["decode_ms"] = (statistics.median(full) - res["prefill_ms"]) / (a.new - 1)
+    res["tokens"] = tokens
+    if a.backend == "airgraph":
+        sink_cm.__exit__(None, None, None)
+        res["graphs"] = len(sink)
+        res["fallback_nodes"] = sum(1 for r in sink for n in r.nodes if not n.native)
+        syms = [s for r in sink for s in r.symbolic]
+        res["programs"] = sum(len(s.build_ms) for s in syms)
+        builds = [ms for s in syms for ms in s.build_ms[1:]]
+        res["build_ms_median"] = statistics.median(builds) if builds else None
+    return res
+
+
+def bandwidth_gbs() -> float:
+    """Copy bandwidth (bytes read per second) of a 256 MiB buffer, best of 5."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    src = torch.ones(64 << 20)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return src.numel() * 4 / best / 1e9
+
+
+def floor_ms(model_name: str, batch: int, mid_len: int, gbs: float) -> float:
+    """Bytes one decode step reads (every weight once, embedding rows aside, and the KV cache at
+    mid_len positions) over the copy bandwidth."""
+    model = build_model(model_name)
+    cfg = model.config
+    emb = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is emb
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not tied:  # the input embedding is read a row per token, not whole
+        weights -= emb.numel() * emb.element_size()
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    kv = 2 * cfg.num_hidden_layers * batch * cfg.num_key_value_heads * mid_len * head_dim * 4
+    return (weights + kv) / (gbs * 1e9) * 1000
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="small", choices=("small", "full", "0.5b"))
+    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--caches", default="dynamic,static")
+    ap.add_argument("--batches", default="1,4")
+    ap.add_argument("--prompt", type=int, default=32, help="prompt length")
+    ap.add_argument("--new", type=int, default=64, help="new tokens per generate()")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per worker")
+    ap.add_argument("--out", default="", help="also write the rows as JSON here")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--cache", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        print("RESULT " + json.dumps(worker(a)), flush=True)
+        return
+    import platform
+
+    import torch
+
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
+               platform.processor())
+    gbs = bandwidth_gbs()
+    print(f"generation: model {a.model}, prompt {a.prompt}, {a.new} new tokens, greedy; {cpu}, {THREADS} threads, "
+          f"torch {torch.__version__}; copy bandwidth {gbs:.1f} GB/s", flush=True)
+    rows = []
+    for cache in a.caches.split(","):
+        for batch in [int(b) for b in a.batches.split(",")]:
+            floor = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs)
+            ref = None
+            for backend in a.backends.split(","):
+                cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", a.model, "--backend",
+                       backend, "--cache", cache, "--batch", str(batch), "--prompt", str(a.prompt), "--new",
+                       str(a.new), "--repeats", str(a.repeats)]
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                    line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
+                    if line is None:
+                        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
+                        r = {"error": err[:160]}
+                    else:
+                        r = json.loads(line[7:])
+                except subprocess.TimeoutExpired:
+                    r = {"error": f"timed out after {a.timeout} s"}
+                if backend == "eager" and "tokens" in r:
+                    ref = r["tokens"][0]
+                if "tokens" in r and ref is not None:
+                    r["equal"] = all(t == ref for t in r["tokens"])
+                r.update(backend=backend, cache=cache, batch=batch, floor_ms=floor)
+                rows.append(r)
+                print(_row(r), flush=True)
+    print()
+    print("| cache | batch | backend | first generate() (ms) | prefill (ms) | decode (ms/token) | floor (ms/token) "
+          "| tokens = eager | notes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(_row(r))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def _row(r: dict) -> str:
+    if "error" in r:
+        return f"| {r['cache']} | {r['batch']} | {r['backend']} | - | - | - | {r['floor_ms']:.2f} | - | {r['error']} |"
+    notes = []
+    if r["backend"] == "airgraph":
+        notes.append(f"{r['graphs']} graphs, {r['fallback_nodes']} fallback nodes, {r['programs']} programs")
+        if r.get("build_ms_median") is not None:
+            notes.append(f"{r['build_ms_median']:.1f} ms per new size")
+    eq = {True: "yes", False: "NO"}.get(r.get("equal"), "-")
+    return (f"| {r['cache']} | {r['batch']} | {r['backend']} | {r['first_ms']:.0f} | {r['prefill_ms']:.2f} | "
+            f"{r['decode_ms']:.2f} | {r['floor_ms']:.2f} | {eq} | {'; '.join(notes)} |")
+
+
+if __name__ == "__main__":
+    main()
