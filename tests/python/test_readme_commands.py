@@ -274,6 +274,29 @@ def test_demo_script():
     assert out.rstrip().splitlines()[-1] == "OK", out
 
 
+def test_generate_example():
+    # README "Generating text": `.venv/bin/python examples/generate.py`, exactly as written there
+    block = next(b for b in _readme_blocks("bash") if "examples/generate.py" in b)
+    argv = shlex.split(next(l for l in block.splitlines() if "examples/generate.py" in l).split("#")[0])
+    assert argv[0] == ".venv/bin/python", argv
+    out = _ok(_python(argv[1:], timeout=600))
+    assert len(re.findall(r"tokens equal eager's: True", out)) == 2, out
+    graphs = re.findall(r"graph: (\d+) ATen nodes, (\d+) in PyTorch", out)
+    assert graphs and all(int(n) > 0 and int(f) == 0 for n, f in graphs), out
+    assert re.search(r"symbolic sizes, (\d+) engine programs built", out), out  # the decode graph
+    assert out.rstrip().splitlines()[-1] == "OK", out
+
+
+def test_generation_benchmark_small():
+    # bench/generate.py (README "Generating text") in a short configuration: eager vs airgraph
+    out = _ok(_python(["bench/generate.py", "--backends", "eager,airgraph", "--caches", "dynamic",
+                       "--batches", "1", "--new", "6", "--repeats", "1"], timeout=600))
+    rows = [l for l in out.splitlines() if l.startswith("| dynamic | 1 |")]
+    assert any("| airgraph |" in r and "| yes |" in r and " 0 fallback nodes" in r for r in rows), out
+    assert any("| eager |" in r for r in rows), out
+    assert re.search(r"copy bandwidth [\d.]+ GB/s", out), out
+
+
 def test_weight_checks_benchmark_small():
     out = _ok(_python(["bench/weight_checks.py", "2", "--small"], timeout=300))
     m = re.search(r"check alone, C\+\+ WeightGuard \(default: direct count read\): min +(\d+) ns", out)
