@@ -1,6 +1,7 @@
 // Common subexpression elimination: two nodes with the same op, the same
-// inputs and equal attributes (sizes too, in a symbolic graph) compute the same values (ops are pure), so the
-// later one's uses are redirected to the earlier one; DCE then drops it.
+// inputs and equal attributes (and size attributes, in a symbolic graph)
+// compute the same values (ops are pure), so the later one's uses are
+// redirected to the earlier one; DCE then drops it.
 // Ops marked kNoCSE (random numbers) are left alone.
 #include <map>
 #include <tuple>
@@ -22,7 +23,8 @@ int eliminate_common_subexpressions(Graph& g) {
     Node* match = nullptr;
     auto [b, e] = seen.equal_range(key);
     for (auto it = b; it != e; ++it)
-      if (it->second->attrs == n->attrs && it->second->sym_attrs == n->sym_attrs && it->second->outputs.size() == n->outputs.size()) {
+      if (it->second->attrs == n->attrs && it->second->sym_attrs == n->sym_attrs &&
+          it->second->outputs.size() == n->outputs.size()) {
         match = it->second;
         break;
       }

@@ -631,6 +631,7 @@ class SymbolicEngineGraph:
         try:
             # (the first build runs the passes itself: its report and graph text show them)
             low, optimized = self._lowered_at(key, use_optimized=not first)
+            how = "lowered and optimized once" if optimized else "lowered once" if low is not None else "lowered per size"
             if low is not None:
                 self.template_builds += 1
                 self.optimized_builds += optimized
@@ -640,6 +641,7 @@ class SymbolicEngineGraph:
         except Exception as e:  # a size the engine cannot take (or a lowering bug at this size) runs in PyTorch
             if first or not self.config.fallback:
                 raise
+            how = "in PyTorch"
             log.warning("airgraph: graph_%d at sizes %s runs in PyTorch: %s: %s", self.gid, self._key_text(key),
                         type(e).__name__, str(e).split("\n")[0])
             self.fallback_sizes += 1
@@ -653,8 +655,7 @@ class SymbolicEngineGraph:
         if not first and log.isEnabledFor(logging.INFO):  # (the sizes' text costs more than a build's Python)
             log.info("airgraph: graph_%d: new sizes %s: engine program built in %.1f ms (%d sizes built so far; "
                      "%s)", self.gid, self._key_text(key), ms, len(self.build_ms),
-                     "lowered and optimized once" if self.optimized is not None else
-                     "from the graph lowered once" if self.template is not None else "lowered per size")
+                     how)
         return run
 
     def _key_text(self, key) -> str:
