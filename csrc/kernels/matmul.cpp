@@ -408,21 +408,41 @@ class GemmKernel final : public Kernel {
   template <typename W>
   void gemv(const float* xf, const W* w, const float* bf, float* of, uint16_t* ob, void* const* in) const {
     const int64_t K = K_, M = M_, N = N_;
-    parallel_for(N, std::max<int64_t>(1, 16384 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
-      for (int64_t n = nb; n < ne; ++n) {
-        const W* wr = w + n * K;
-        for (int64_t m = 0; m < M; ++m) {
-          const float* xr = xf + m * K;
-          __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    // Four weight rows at a time: four independent accumulators share each load of x (the
+    // loop is bound by reading W, which this keeps streaming); a block's rows stay in cache
+    // for the other rows of x.
+    parallel_for(N, std::max<int64_t>(4, 65536 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
+      for (int64_t m = 0; m < M; ++m) {
+        const float* xr = xf + m * K;
+        int64_t n = nb;
+        for (; n + 4 <= ne; n += 4) {
+          const W* w0 = w + n * K;
+          const W *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+          __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+                 a3 = _mm256_setzero_ps();
           int64_t k = 0;
-          for (; k + 16 <= K; k += 16) {
-            acc0 = _mm256_fmadd_ps(load8(wr + k), _mm256_loadu_ps(xr + k), acc0);
-            acc1 = _mm256_fmadd_ps(load8(wr + k + 8), _mm256_loadu_ps(xr + k + 8), acc1);
+          for (; k + 8 <= K; k += 8) {
+            const __m256 xv = _mm256_loadu_ps(xr + k);
+            a0 = _mm256_fmadd_ps(load8(w0 + k), xv, a0);
+            a1 = _mm256_fmadd_ps(load8(w1 + k), xv, a1);
+            a2 = _mm256_fmadd_ps(load8(w2 + k), xv, a2);
+            a3 = _mm256_fmadd_ps(load8(w3 + k), xv, a3);
           }
-          float s = hsum(_mm256_add_ps(acc0, acc1));
-          for (; k < K; ++k) s += load1(wr + k) * xr[k];
-          if (bf) s += bf[n];
-          of[m * N + n] = s;
+          float s[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
+          const W* rows[4] = {w0, w1, w2, w3};
+          for (int i = 0; i < 4; ++i) {
+            for (int64_t kk = k; kk < K; ++kk) s[i] += load1(rows[i] + kk) * xr[kk];
+            of[m * N + n + i] = bf ? s[i] + bf[n + i] : s[i];
+          }
+        }
+        for (; n < ne; ++n) {
+          const W* wr = w + n * K;
+          __m256 acc = _mm256_setzero_ps();
+          int64_t k = 0;
+          for (; k + 8 <= K; k += 8) acc = _mm256_fmadd_ps(load8(wr + k), _mm256_loadu_ps(xr + k), acc);
+          float t = hsum(acc);
+          for (; k < K; ++k) t += load1(wr + k) * xr[k];
+          of[m * N + n] = bf ? t + bf[n] : t;
         }
       }
       for (int64_t m = 0; m < M; ++m) {

@@ -106,6 +106,22 @@ def test_linear_module_runs_as_prepacked_linear(bias, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", [(1, 1024, 1003), (2, 37, 7), (3, 8, 4), (4, 16, 33), (1, 5, 6), (1, 2816, 130)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gemv_few_rows_constant_weights(dtype, m, k, n, bias, monkeypatch):
+    """At most four rows against constant weights run the GEMV kernel (a decode step's linears):
+    four weight rows per block plus the rows left over, K tails, bias and a fused activation."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(k, n, bias=bias).to(dtype)
+    fn = lambda x: torch.nn.functional.silu(lin(x))  # noqa: E731
+    x = r(m, k, dtype=dtype)
+    if dtype == torch.float32:
+        ins = _engine_instructions(fn, x, monkeypatch=monkeypatch)
+        assert any(kern.startswith("gemv_float32") for _, _, kern in ins), ins
+    check(fn, x, atol=1e-4 if dtype == torch.float32 else None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_mlp_two_layers(dtype):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 16)).to(dtype)
