@@ -231,6 +231,12 @@ class PyGraph {
     for (int id : ids) v.push_back(g->value(id));
     g->set_outputs(v);
   }
+  // [(input index, output index)]: after a call the input holds that output (Graph::input_writes)
+  void set_input_writes(const std::vector<std::pair<int, int>>& w) {
+    std::vector<Graph::InputWrite> ws;
+    for (auto [i, o] : w) ws.push_back(Graph::InputWrite{i, o});
+    g->set_input_writes(std::move(ws));
+  }
   std::pair<std::string, std::vector<int64_t>> value_type(int id) const {
     const TensorType& t = g->value(id)->type;
     return {dtype_name(t.dtype), t.shape()};
@@ -286,7 +292,12 @@ class PyExecutable {
       outs = ex->run(ptrs);
     }
     nb::list res;
-    for (auto& o : outs) {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const OutBuffer& o = outs[i];
+      if (P.outputs[i].kind == LocKind::Input) {  // written in place: the input itself
+        res.append(nb::cast(inputs[P.outputs[i].index]));
+        continue;
+      }
       Shape sh = o.type.shape();
       std::vector<size_t> shape(sh.begin(), sh.end());
       auto* owner = new BufferOwner{o.owner};
@@ -363,6 +374,7 @@ NB_MODULE(_C, m) {
       .def("add_node", &PyGraph::add_node, nb::arg("op"), nb::arg("inputs"), nb::arg("attrs"), nb::arg("name") = "",
            nb::arg("source") = "", nb::arg("sym_attrs") = std::vector<std::tuple<std::string, int, int>>{})
       .def("set_outputs", &PyGraph::set_outputs)
+      .def("set_input_writes", &PyGraph::set_input_writes)
       .def("value_type", &PyGraph::value_type)
       .def("verify", [](PyGraph& g) { g.g->verify(); })
       .def("num_nodes", [](PyGraph& g) { return g.g->nodes().size(); })
@@ -456,14 +468,17 @@ NB_MODULE(_C, m) {
           nb::arg("inputs"), nb::arg("roots"), nb::arg("threads") = 0)
       .def("layout",
            [](PyExecutable& e) {
-             // inputs: [(dtype, shape)], roots: [nbytes], outputs: [(root, byte offset, dtype, shape)]
+             // inputs: [(dtype, shape)], roots: [nbytes], outputs: [(root, byte offset, dtype, shape)];
+             // an output computed in an input the graph writes has root -1 - (that input's index)
              const Program& P = *e.prog;
              nb::list ins, roots, outs;
              for (auto& t : P.input_types) ins.append(nb::make_tuple(dtype_name(t.dtype), t.shape()));
              for (size_t b : P.external_bytes) roots.append(b);
              for (auto& o : P.outputs) {
-               AG_CHECK(o.kind == LocKind::External, "output %", o.name, " is not a fresh buffer");
-               outs.append(nb::make_tuple(o.index, o.offset, dtype_name(o.type.dtype), o.type.shape()));
+               AG_CHECK(o.kind == LocKind::External || o.kind == LocKind::Input, "output %", o.name,
+                        " is not a fresh buffer");
+               const int root = o.kind == LocKind::Input ? -1 - o.index : o.index;
+               outs.append(nb::make_tuple(root, o.offset, dtype_name(o.type.dtype), o.type.shape()));
              }
              nb::dict d;
              d["inputs"] = ins;

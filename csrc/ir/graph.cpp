@@ -205,6 +205,7 @@ std::unique_ptr<Graph> Graph::replay(const std::vector<int64_t>* sizes) const {
     outs.push_back(out->values_[v->id].get());
   }
   out->set_outputs(outs);
+  out->input_writes_ = input_writes_;
   return out;
 }
 
@@ -351,7 +352,10 @@ std::string Graph::str() const {
   }
   os << "  return ";
   for (size_t i = 0; i < outputs_.size(); ++i) os << (i ? ", " : "") << vname(outputs_[i]);
-  os << "\n}\n";
+  os << "\n";
+  for (const InputWrite& w : input_writes_)
+    os << "  write " << vname(inputs_[w.input]) << " <- " << vname(outputs_[w.output]) << "\n";
+  os << "}\n";
   return os.str();
 }
 
@@ -383,6 +387,16 @@ void Graph::verify() const {
   }
   for (Value* v : outputs_)
     AG_CHECK(v->is_const() || defined.count(v), "verifier: graph output %", v->name, " is never defined");
+  std::unordered_set<int> written;
+  for (const InputWrite& w : input_writes_) {
+    AG_CHECK(w.input >= 0 && w.input < static_cast<int>(inputs_.size()) && w.output >= 0 &&
+                 w.output < static_cast<int>(outputs_.size()),
+             "verifier: input write ", w.input, " <- output ", w.output, " is out of range");
+    AG_CHECK(written.insert(w.input).second, "verifier: input %", inputs_[w.input]->name, " is written twice");
+    AG_CHECK(inputs_[w.input]->type == outputs_[w.output]->type, "verifier: input %", inputs_[w.input]->name, " ",
+             inputs_[w.input]->type.str(), " is written with %", outputs_[w.output]->name, " ",
+             outputs_[w.output]->type.str());
+  }
 }
 
 }  // namespace ag

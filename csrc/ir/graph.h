@@ -81,6 +81,16 @@ class Graph {
   Node* insert_node_before(Node* before, const std::string& op, const std::vector<Value*>& inputs, Attrs attrs,
                            const std::string& name, const std::string& source);
   void set_outputs(const std::vector<Value*>& outs) { outputs_ = outs; }
+  // Inputs the graph writes (AOTAutograd's kept input mutations: a static KV cache's update):
+  // after a call, input `input` holds the value of graph output `output` (same type). The
+  // planner computes that output in the input's own bytes when it can (see plan_memory);
+  // otherwise the caller copies it back.
+  struct InputWrite {
+    int input;   // index in inputs()
+    int output;  // index in outputs()
+  };
+  void set_input_writes(std::vector<InputWrite> w) { input_writes_ = std::move(w); }
+  const std::vector<InputWrite>& input_writes() const { return input_writes_; }
   int add_symbol(const std::string& name);
 
   // ---- symbolic graphs --------------------------------------------------------------
@@ -140,6 +150,7 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
+  std::vector<InputWrite> input_writes_;
   std::vector<std::string> symbols_;
   std::vector<SizeExpr> exprs_;
   std::vector<std::vector<int32_t>> dim_exprs_;  // by value id: expr per dim (empty: none)

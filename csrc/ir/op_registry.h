@@ -27,6 +27,11 @@ enum OpProps : uint32_t {
   kReduction = 1u << 2,
   kNoFold = 1u << 3,       // never constant-fold (random, side effects)
   kNoCSE = 1u << 4,
+  // Output 0 is input 0 with some elements overwritten (scatters): the kernel copies input 0 into
+  // output 0 only when they are different buffers and reads no other element of input 0, so the
+  // planner may put output 0 over input 0's bytes (a dying intermediate, or a graph input the
+  // graph writes: a KV cache updated in place).
+  kUpdatesInput0 = 1u << 5,
 };
 
 // Per-executor mutable state of a kernel (oneDNN argument maps whose data

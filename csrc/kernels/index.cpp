@@ -464,7 +464,7 @@ AG_REGISTER_OP(index_select, {.name = "index_select", .min_inputs = 2, .max_inpu
 AG_REGISTER_OP(gather, {.name = "gather", .min_inputs = 2, .max_inputs = 2, .infer = infer_gather,
                         .make_kernel = make_gather});
 AG_REGISTER_OP(index_put, {.name = "index_put", .min_inputs = 3, .max_inputs = -1, .infer = infer_index_put,
-                           .make_kernel = make_index_put});
+                           .make_kernel = make_index_put, .props = kUpdatesInput0});
 AG_REGISTER_OP(index, {.name = "index", .min_inputs = 2, .max_inputs = -1, .infer = infer_index,
                        .make_kernel = make_index});
 

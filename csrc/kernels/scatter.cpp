@@ -305,7 +305,7 @@ std::unique_ptr<Kernel> make_masked_scatter(const Node& n) {
 }  // namespace
 
 AG_REGISTER_OP(scatter, {.name = "scatter", .min_inputs = 3, .max_inputs = 3, .infer = infer_scatter,
-                         .make_kernel = make_scatter});
+                         .make_kernel = make_scatter, .props = kUpdatesInput0});
 AG_REGISTER_OP(masked_scatter, {.name = "masked_scatter", .min_inputs = 3, .max_inputs = 3,
                                 .infer = infer_masked_scatter, .make_kernel = make_masked_scatter});
 

@@ -242,6 +242,6 @@ AG_REGISTER_OP(tril, {.name = "tril", .min_inputs = 1, .max_inputs = 1, .infer =
 AG_REGISTER_OP(triu, {.name = "triu", .min_inputs = 1, .max_inputs = 1, .infer = infer_tri,
                       .make_kernel = make_tri<false>});
 AG_REGISTER_OP(slice_scatter, {.name = "slice_scatter", .min_inputs = 2, .max_inputs = 2,
-                               .infer = infer_slice_scatter, .make_kernel = make_slice_scatter});
+                               .infer = infer_slice_scatter, .make_kernel = make_slice_scatter, .props = kUpdatesInput0});
 
 }  // namespace ag

@@ -338,7 +338,7 @@ AG_REGISTER_OP(as_strided_view, {.name = "as_strided_view", .min_inputs = 1, .ma
                                  .infer = infer_as_strided_view, .make_kernel = make_alias, .props = kAlias,
                                  .alias_offset = as_strided_view_offset});
 AG_REGISTER_OP(as_strided_scatter, {.name = "as_strided_scatter", .min_inputs = 2, .max_inputs = 2,
-                                    .infer = infer_as_strided_scatter, .make_kernel = make_as_strided_scatter});
+                                    .infer = infer_as_strided_scatter, .make_kernel = make_as_strided_scatter, .props = kUpdatesInput0});
 AG_REGISTER_OP(repeat, {.name = "repeat", .min_inputs = 1, .max_inputs = 1, .infer = infer_repeat,
                         .make_kernel = make_repeat});
 

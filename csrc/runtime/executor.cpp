@@ -166,9 +166,11 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     prog->instr_names.push_back(n->name);
     prog->instr_ops.push_back(n->op->name);
   }
-  for (Value* v : g.outputs()) {
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    Value* v = g.outputs()[i];
     const Location& l = plan.loc[v->id];
-    AG_CHECK(l.kind == LocKind::External || l.kind == LocKind::Const,
+    AG_CHECK(l.kind == LocKind::External || l.kind == LocKind::Const ||
+                 (l.kind == LocKind::Input && plan.output_in_input[i] == l.index),
              "graph output %", v->name, " must be a fresh buffer (canonicalize copies inputs that are returned)");
     prog->outputs.push_back(OutputSpec{l.kind, l.index, l.offset, v->type, v->name,
                                        l.kind == LocKind::Const ? g.value(l.root)->storage : nullptr});
@@ -310,6 +312,8 @@ std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
   for (const OutputSpec& o : P.outputs) {
     if (o.kind == LocKind::Const) {
       outs.push_back(OutBuffer{static_cast<char*>(o.storage->data) + o.offset, o.type, o.storage->owner});
+    } else if (o.kind == LocKind::Input) {  // written in place: the caller's input holds it
+      outs.push_back(OutBuffer{static_cast<char*>(inputs[o.index]) + o.offset, o.type, nullptr});
     } else {
       outs.push_back(OutBuffer{static_cast<char*>(ext[o.index].get()) + o.offset, o.type, ext[o.index]});
     }

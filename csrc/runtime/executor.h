@@ -36,8 +36,8 @@ struct Patch {  // operands[pos] = base(kind, index) + offset, resolved per call
 };
 
 struct OutputSpec {
-  LocKind kind;  // External, or Const (a constant returned as is)
-  int index;     // external root
+  LocKind kind;  // External, Const (a constant returned as is) or Input (an input the graph writes, in place)
+  int index;     // external root, or input
   int64_t offset;
   TensorType type;
   std::string name;                  // of the graph value (the graph may be gone by now)

@@ -52,6 +52,35 @@ MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
     if (g.value(r)->kind == ValueKind::NodeOutput) is_external[r] = 1;
     last[r] = nn;
   }
+  // Written inputs: the written value lives in the input's bytes when its producer is the last
+  // node to read the input's old value, and reads it only where its output may overlap it.
+  plan.output_in_input.assign(g.outputs().size(), -1);
+  if (!g.input_writes().empty()) {
+    std::vector<int> out_uses(nv, 0);
+    for (Value* v : g.outputs()) out_uses[root[v->id]]++;
+    for (const Graph::InputWrite& w : g.input_writes()) {
+      Value* v = g.outputs()[w.output];
+      const Value* in = g.inputs()[w.input];
+      const int r = v->id;
+      if (v->kind != ValueKind::NodeOutput || root[r] != r || out_uses[r] != 1 || out_uses[in->id] != 0) continue;
+      const int tp = def[r];
+      const Node& p = *nodes[tp];
+      bool ok = true;
+      for (int t = tp; t < nn && ok; ++t) {
+        const Node& n = *nodes[t];
+        if (n.op->has(kAlias)) continue;  // a view reads nothing; its readers are checked
+        for (size_t k = 0; k < n.inputs.size() && ok; ++k) {
+          const Value* x = n.inputs[k];
+          if (root[x->id] != in->id) continue;
+          const bool whole = x == in && x->type.numel() == v->type.numel();
+          ok = t == tp && whole && (p.op->has(kElementwise) || (p.op->has(kUpdatesInput0) && k == 0));
+        }
+      }
+      if (!ok) continue;
+      is_external[r] = 2;
+      plan.output_in_input[w.output] = w.input;
+    }
+  }
   // roots that are node outputs, in definition order
   std::vector<int> roots;
   for (int t = 0; t < nn; ++t)
@@ -66,11 +95,15 @@ MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
   if (allow_inplace) {
     for (int t = 0; t < nn; ++t) {
       const Node& n = *nodes[t];
-      if (!n.op->has(kElementwise) || n.outputs.size() != 1) continue;
+      const bool updates = n.op->has(kUpdatesInput0);
+      if (!(n.op->has(kElementwise) || updates) || n.outputs.size() != 1) continue;
       Value* o = n.outputs[0];
       if (root[o->id] != o->id || is_external[o->id]) continue;
-      for (Value* in : n.inputs) {
+      for (size_t k = 0; k < (updates ? 1 : n.inputs.size()); ++k) {
+        Value* in = n.inputs[k];
         int r = root[in->id];
+        if (updates && std::any_of(n.inputs.begin() + 1, n.inputs.end(), [&](Value* x) { return root[x->id] == r; }))
+          continue;  // the update's other operands read the buffer it overwrites
         Value* rv = g.value(r);
         if (rv->kind != ValueKind::NodeOutput || is_external[r] || last[r] != t) continue;
         if (in->id != r && off[in->id] != 0) continue;
@@ -90,10 +123,16 @@ MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
 
   // 4. external roots
   for (int r : roots)
-    if (is_external[r]) {
+    if (is_external[r] == 1) {
       plan.loc[r] = Location{LocKind::External, static_cast<int>(plan.external_roots.size()), 0, r};
       plan.external_roots.push_back(r);
       plan.external_bytes.push_back(g.value(r)->type.nbytes());
+    }
+
+  for (size_t i = 0; i < g.outputs().size(); ++i)
+    if (plan.output_in_input[i] >= 0) {
+      const int r = g.outputs()[i]->id, j = plan.output_in_input[i];
+      plan.loc[r] = Location{LocKind::Input, j, 0, g.inputs()[j]->id};
     }
 
   // 5. arena placement, largest first, best fit

@@ -10,6 +10,9 @@
 //     that node and has the output's size (not a graph output, not a view).
 //  4. Roots that reach a graph output are "external": allocated fresh on every
 //     call and handed to the caller, so results never alias the arena.
+//     A graph output that the graph writes into one of its inputs (Graph::input_writes) is
+//     computed in that input's own bytes instead, when nothing reads the input's old value
+//     after the node that makes it (a KV cache updated in place).
 //  5. The other roots share one arena: largest first, each placed at the
 //     lowest 64-byte-aligned offset that overlaps no placed root alive at the
 //     same time.
@@ -37,6 +40,7 @@ struct MemoryPlan {
   size_t arena_bytes = 0;
   size_t naive_bytes = 0;  // sum of all intermediate roots without reuse (for statistics)
   int inplace_count = 0;
+  std::vector<int> output_in_input;  // by graph output: the input it is computed in, or -1
 };
 
 MemoryPlan plan_memory(const Graph& g, bool allow_inplace = true);

@@ -187,8 +187,12 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         return run
 
     def aot():
+        # keep_inference_input_mutations: an inference graph's writes to its inputs (a static KV
+        # cache's index_copy_) stay in the graph as copy_ nodes, so the engine can make them in the
+        # input's own memory (compiler.take_input_writes) instead of AOTAutograd's wrapper copying
+        # a functional result back after every call
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                                     decompositions=decomposition_table())
+                                     decompositions=decomposition_table(), keep_inference_input_mutations=True)
 
     return aot()
 

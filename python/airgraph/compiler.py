@@ -262,6 +262,16 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
         elif n.op != "placeholder":
             raise Unsupported(f"FX node {n.name} of kind {n.op}")
     g.set_outputs(out_ids)
+    # inputs the graph writes (take_input_writes) whose new value has the input's type: the engine
+    # computes it in the input's bytes where its memory plan allows
+    writes = []
+    for pos, k in gm.meta.get("airgraph_input_writes", ()):
+        if pos in input_positions and pos not in scalar_inputs:
+            j = input_positions.index(pos)
+            if g.value_type(out_ids[k]) == g.value_type(ctx.env[phs[pos]]):
+                writes.append((j, k))
+    if writes:
+        g.set_input_writes(writes)
     fx_names = {v: n.name for n, v in ctx.env.items() if isinstance(v, int) and n.op == "call_function"}
     return Lowered(g, input_positions, scalar_inputs, len(out_ids), fx_names)
 
@@ -340,6 +350,9 @@ class EngineGraph:
         users = collections.Counter(o[0] for o in lay["outputs"])
         self.out_plan = []
         for root, offset, dt, shape in lay["outputs"]:
+            if root < 0:  # an input the graph writes, computed in place: the input is the output
+                self.out_plan.append((root, 0, None, (), False))
+                continue
             dtype = torch_dtype(dt)
             nbytes = math.prod(shape) * dtype.itemsize
             direct = users[root] == 1 and offset == 0 and nbytes == self.root_bytes[root]
@@ -361,6 +374,9 @@ class EngineGraph:
         roots = [0] * len(self.root_bytes)
         outs, bufs = [], {}
         for root, offset, dtype, shape, direct in self.out_plan:
+            if root < 0:
+                outs.append(ins[-1 - root])
+                continue
             if direct:
                 t = torch.empty(shape, dtype=dtype)
                 roots[root] = t.data_ptr()
@@ -970,7 +986,66 @@ def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return _compile_aten_graph(gm, consts, config, report, const_names, spec)
+        writes = take_input_writes(gm)
+        run = _compile_aten_graph(gm, consts, config, report, const_names, spec)
+    return _writing_inputs(run, writes) if writes else run
+
+
+def take_input_writes(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
+    """Takes the graph's writes to its inputs out of it: AOTAutograd keeps an inference graph's input
+    mutations inside it (keep_inference_input_mutations: `copy_(input, new value)` at the end, a
+    static KV cache's update). Each new value becomes an extra graph output and the write is
+    returned as (argument position, output index): the graph stays functional for lowering,
+    partitioning and eager runs, and the engine computes such an output in the input's own bytes
+    where the plan allows (C++ Graph::input_writes; `_writing_inputs` copies the rest back)."""
+    phs = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    copies = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+              and n.args[0] in phs and len(n.args) == 2 and not n.kwargs]
+    if not copies:
+        return []
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    taken = []
+    for c in copies:
+        dst, src = c.args
+        dv, sv = dst.meta.get("val"), src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        if c.users and not (_is_tensor_meta(dv) and _is_tensor_meta(sv) and dv.dtype == sv.dtype
+                            and dv.shape == sv.shape):
+            continue  # its result is read and is not src's value as it stands: it stays (and falls back)
+        if not isinstance(src, torch.fx.Node):
+            continue
+        c.replace_all_uses_with(src)  # after the copy the input holds src's value
+        gm.graph.erase_node(c)
+        taken.append((phs[dst], src))
+    if not taken:
+        return []
+    outs = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
+    writes = [(pos, len(outs) + i) for i, (pos, _) in enumerate(taken)]
+    out_node.args = (tuple(outs + [src for _, src in taken]),)
+    gm.meta["airgraph_input_writes"] = writes
+    gm.recompile()
+    return writes
+
+
+def _writing_inputs(run, writes):
+    """The boxed callable of a graph whose input writes were taken out (take_input_writes): runs it,
+    copies each written input's new value into it (unless the engine computed it there) and
+    returns the user's outputs."""
+    n = writes[0][1]
+
+    def call(args):
+        targets = [args[p] for p, _ in writes]  # a boxed callee may clear args
+        outs = run(args)
+        for t, (_, k) in zip(targets, writes):
+            o = outs[k]
+            if o is not t:
+                t.copy_(o)
+        return list(outs[:n])
+
+    call._boxed_call = True
+    for attr in ("engine_graphs", "binder"):
+        if hasattr(run, attr):
+            setattr(call, attr, getattr(run, attr))
+    return call
 
 
 def _compile_aten_graph(gm, consts, config, report, const_names, spec=None):

@@ -355,6 +355,52 @@ TEST(Executor, RunsAndReturnsFreshOutputs) {
   EXPECT_THROW(ex.run({}), Error);
 }
 
+// An input the graph writes (a KV cache's slice_scatter update): computed in the input's own bytes
+// when the update is the last reader of its old value; otherwise a fresh output for the caller to
+// copy back, never an overwrite of a value something still reads.
+TEST(Executor, InputWritesAreMadeInPlaceWhenNothingReadsTheOldValueLater) {
+  Attrs at;
+  at.set("dim", int64_t{1});
+  at.set("start", int64_t{1});
+  at.set("end", int64_t{2});
+  at.set("step", int64_t{1});
+  for (bool read_after : {false, true}) {
+    Graph g;
+    Value* cache = g.add_input(f32({2, 3}), "cache");
+    Value* k = g.add_input(f32({2, 1}), "k");
+    Value* upd = g.add_node("slice_scatter", {cache, k}, at, "update")->out();
+    Value* y = g.add_node("t_addc", {upd}, addc(1))->out();  // reads the new value: fine
+    std::vector<Value*> outs{y, upd};
+    if (read_after) outs.push_back(g.add_node("t_addc", {cache}, addc(0))->out());  // the old value, later
+    g.set_outputs(outs);
+    g.set_input_writes({Graph::InputWrite{0, 1}});
+    g.verify();
+    MemoryPlan plan = plan_memory(g);
+    EXPECT_EQ(plan.output_in_input[1], read_after ? -1 : 0);
+    auto prog = compile_program(g);
+    Executor ex(prog);
+    float c[6] = {0, 1, 2, 3, 4, 5}, kv[2] = {-1, -2};
+    auto o = ex.run({c, kv});
+    const float want[6] = {0, -1, 2, 3, -2, 5};
+    const float* got = static_cast<const float*>(o[1].data);
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_FLOAT_EQ(got[i], want[i]);
+      EXPECT_FLOAT_EQ(static_cast<const float*>(o[0].data)[i], want[i] + 1);
+      if (read_after) EXPECT_FLOAT_EQ(static_cast<const float*>(o[2].data)[i], float(i));  // the old cache
+    }
+    EXPECT_EQ(got == c, !read_after);  // in place: the output is the caller's cache
+  }
+  // the written value must have the input's type
+  Graph bad;
+  bad.add_input(f32({4}), "x");
+  Value* z = bad.add_input(f32({2}), "z");
+  bad.set_outputs({bad.add_node("t_count", {z}, Attrs{})->out()});
+  bad.set_input_writes({Graph::InputWrite{0, 0}});
+  EXPECT_THROW(bad.verify(), Error);
+  bad.set_input_writes({Graph::InputWrite{1, 1}});  // no output 1
+  EXPECT_THROW(bad.verify(), Error);
+}
+
 // Programs of one graph at several sizes lease their arena from one ArenaSource: the memory held
 // is one buffer of the largest size seen, and alternating sizes never mixes up the data.
 TEST(Executor, ProgramsShareOneArenaOfTheLargestSize) {
