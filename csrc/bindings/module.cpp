@@ -466,6 +466,36 @@ NB_MODULE(_C, m) {
             e.run_into(reinterpret_cast<const void* const*>(ins.data()), reinterpret_cast<void* const*>(roots.data()));
           },
           nb::arg("inputs"), nb::arg("roots"), nb::arg("threads") = 0)
+      .def(
+          "run_tensors",
+          [](PyExecutable& e, nb::handle ins, nb::handle roots, int threads, uintptr_t data_ptr_fn,
+             nb::handle tensor_type) {
+            // The thinnest call path: `ins` (a tuple) and `roots` (a list) hold torch tensors that
+            // the front checked (dtypes, sizes, strides) and allocated; their data pointers are
+            // read here through torch's exported `void* (PyObject*)` function for objects of
+            // exactly `tensor_type`, through .data_ptr() otherwise: no Python ints per call.
+            const Program& P = *e.prog;
+            AG_CHECK(PyTuple_Check(ins.ptr()) && PyList_Check(roots.ptr()), "run_tensors: a tuple and a list");
+            const Py_ssize_t ni = PyTuple_GET_SIZE(ins.ptr()), nr = PyList_GET_SIZE(roots.ptr());
+            AG_CHECK(static_cast<size_t>(ni) == P.input_types.size() && static_cast<size_t>(nr) == P.external_bytes.size(),
+                     "run_tensors: expected ", P.input_types.size(), " inputs and ", P.external_bytes.size(), " roots");
+            using DataPtrFn = void* (*)(PyObject*);
+            auto fn = reinterpret_cast<DataPtrFn>(data_ptr_fn);
+            auto ptr_of = [&](PyObject* t) -> void* {
+              if (fn != nullptr && reinterpret_cast<PyObject*>(Py_TYPE(t)) == tensor_type.ptr()) return fn(t);
+              nb::object r = nb::borrow(t).attr("data_ptr")();
+              return reinterpret_cast<void*>(nb::cast<uintptr_t>(r));
+            };
+            void* small[32];
+            std::vector<void*> big;
+            void** ptrs = static_cast<size_t>(ni + nr) <= 32 ? small : (big.resize(ni + nr), big.data());
+            for (Py_ssize_t i = 0; i < ni; ++i) ptrs[i] = ptr_of(PyTuple_GET_ITEM(ins.ptr(), i));
+            for (Py_ssize_t i = 0; i < nr; ++i) ptrs[ni + i] = ptr_of(PyList_GET_ITEM(roots.ptr(), i));
+            if (threads > 0) set_num_threads(threads);
+            nb::gil_scoped_release nogil;
+            e.run_into(const_cast<const void* const*>(ptrs), ptrs + ni);
+          },
+          nb::arg("inputs"), nb::arg("roots"), nb::arg("threads"), nb::arg("data_ptr_fn"), nb::arg("tensor_type"))
       .def("layout",
            [](PyExecutable& e) {
              // inputs: [(dtype, shape)], roots: [nbytes], outputs: [(root, byte offset, dtype, shape)];
