@@ -14,6 +14,7 @@ the middle length) divided by the copy bandwidth measured here.
 
   .venv/bin/python bench/generate.py                      # zoo decoder (small), batch 1 and 4
   .venv/bin/python bench/generate.py --model 0.5b --batches 1
+  .venv/bin/python bench/generate.py --overhead          # one decode call's fixed cost, layer by layer
 
 Models: small = the zoo's LLaMA-style decoder, small config, with its KV cache on; full = the zoo's
 LLaMA-style decoder, full config (110M parameters); 0.5b = a Qwen2-0.5B-style config (LLaMA-style, 24
@@ -68,7 +69,10 @@ def _compile(model, backend: str):
     elif backend == "airgraph":
         import airgraph  # noqa: F401  (registers the backend; by name works too)
 
-        model.forward = torch.compile(model.forward, backend="airgraph")
+        # dynamic=True: the prompt and KV-cache lengths are symbolic from the first call, so one
+        # generate() or many make two Dynamo graphs (prefill, decode); with the default, Dynamo
+        # first specializes on the first lengths and recompiles when they change
+        model.forward = torch.compile(model.forward, backend="airgraph", dynamic=True)
     elif backend == "openvino":
         import openvino.torch  # noqa: F401  (registers the backend)
 
@@ -125,6 +129,77 @@ def worker(a) -> dict:
     return res
 
 
+def overhead(a) -> dict:
+    """The fixed cost of one compiled decode call, layer by layer, timed inside generate() (the
+    static cache's step writes its counters and caches, so replaying one call is not the same
+    call): the forward as generate() calls it (Dynamo's guards, frame and output rebuilding), the
+    callable Dynamo calls (AOTAutograd's runtime wrapper), airgraph's boxed callable (weight check,
+    input writes, size lookup, input check, output allocation), and the engine's run alone.
+    Medians in microseconds over the decode steps of 3 generate() calls."""
+    import torch
+
+    import airgraph
+    import airgraph.backend as ab
+    import airgraph.compiler as ac
+
+    torch.set_num_threads(THREADS)
+    model = build_model(a.model)
+    ids = torch.randint(3, model.config.vocab_size, (a.batch, a.prompt), generator=torch.Generator().manual_seed(1))
+    kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
+    if a.cache == "static":
+        kw["cache_implementation"] = "static"
+    times = {"call": [], "aot": [], "ours": [], "engine": []}
+    ns = time.perf_counter_ns
+
+    def timed(key, f):
+        def g(*args, **kwargs):
+            t0 = ns()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                times[key].append((ns() - t0) / 1000)
+        return g
+
+    compile_graph = ac.compile_aten_graph
+
+    def compile_timed(*args, **kwargs):
+        g = timed("ours", compile_graph(*args, **kwargs))
+        g._boxed_call = True
+        return g
+
+    ab.compile_aten_graph = compile_timed
+
+    class TimedExe:
+        def __init__(self, exe):
+            self.exe = exe
+            self.run_ptrs, self.run_tensors = timed("engine", exe.run_ptrs), timed("engine", exe.run_tensors)
+
+        def __getattr__(self, k):
+            return getattr(self.exe, k)
+
+    init = ac.EngineGraph.__init__
+
+    def init_timed(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.exe = TimedExe(self.exe)
+
+    ac.EngineGraph.__init__ = init_timed
+    be = airgraph.get_backend()
+    model.forward = timed("call", torch.compile(model.forward, dynamic=True,
+                                                backend=lambda gm, ex: timed("aot", be(gm, ex))))
+    res = []
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, **kw)  # compiles, every size
+        for _ in range(3):
+            for v in times.values():
+                v.clear()
+            model.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, **kw)
+            res.append({k: statistics.median(v[1:]) for k, v in times.items()})  # [0]: the prefill
+    med = {k: statistics.median(r[k] for r in res) for k in times}
+    return {"call_us": med["call"], "dynamo_us": med["call"] - med["aot"], "aot_us": med["aot"] - med["ours"],
+            "ours_us": med["ours"] - med["engine"], "engine_us": med["engine"]}
+
+
 def bandwidth_gbs() -> float:
     """Copy bandwidth of a 256 MiB buffer, best of 5: bytes read plus bytes written per second."""
     import torch
@@ -166,13 +241,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per worker")
     ap.add_argument("--out", default="", help="also write the rows as JSON here")
+    ap.add_argument("--overhead", action="store_true",
+                    help="instead: the fixed cost of one airgraph decode call, layer by layer, per cache and batch")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--backend", default="", help=argparse.SUPPRESS)
     ap.add_argument("--cache", default="", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        print("RESULT " + json.dumps(worker(a)), flush=True)
+        print("RESULT " + json.dumps(overhead(a) if a.overhead else worker(a)), flush=True)
         return
     import platform
 
@@ -180,6 +257,22 @@ def main():
 
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
                platform.processor())
+    if a.overhead:
+        print(f"one decode call of airgraph (dynamic=True), model {a.model}, prompt {a.prompt}, {a.new} new tokens; "
+              f"{cpu}, {THREADS} threads, torch {torch.__version__}; medians in us")
+        print()
+        print("| cache | batch | forward call | Dynamo (guards, frame, outputs) | AOTAutograd wrapper | "
+              "airgraph boundary | engine run |")
+        print("|---|---|---|---|---|---|---|")
+        for cache in a.caches.split(","):
+            for batch in [int(b) for b in a.batches.split(",")]:
+                r = _run_worker(a, "airgraph", cache, batch, ["--overhead"])
+                if "error" in r:
+                    print(f"| {cache} | {batch} | {r['error']} | | | | |")
+                else:
+                    print(f"| {cache} | {batch} | {r['call_us']:.1f} | {r['dynamo_us']:.1f} | {r['aot_us']:.1f} | "
+                          f"{r['ours_us']:.1f} | {r['engine_us']:.1f} |", flush=True)
+        return
     gbs = bandwidth_gbs()
     print(f"generation: model {a.model}, prompt {a.prompt}, {a.new} new tokens, greedy; {cpu}, {THREADS} threads, "
           f"torch {torch.__version__}; copy bandwidth {gbs:.1f} GB/s", flush=True)
@@ -189,19 +282,7 @@ def main():
             floor = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs)
             ref = None
             for backend in a.backends.split(","):
-                cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", a.model, "--backend",
-                       backend, "--cache", cache, "--batch", str(batch), "--prompt", str(a.prompt), "--new",
-                       str(a.new), "--repeats", str(a.repeats)]
-                try:
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-                    line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
-                    if line is None:
-                        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-                        r = {"error": err[:160]}
-                    else:
-                        r = json.loads(line[7:])
-                except subprocess.TimeoutExpired:
-                    r = {"error": f"timed out after {a.timeout} s"}
+                r = _run_worker(a, backend, cache, batch)
                 if backend == "eager" and "tokens" in r:
                     ref = r["tokens"][0]
                 if "tokens" in r and ref is not None:
@@ -218,6 +299,21 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def _run_worker(a, backend: str, cache: str, batch: int, extra=()) -> dict:
+    """One cell in its own process: its RESULT as a dict, or {"error": ...}."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", a.model, "--backend", backend,
+           "--cache", cache, "--batch", str(batch), "--prompt", str(a.prompt), "--new", str(a.new),
+           "--repeats", str(a.repeats), *extra]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {a.timeout} s"}
+    line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if line is None:
+        return {"error": ((p.stderr.strip().splitlines() or ["no output"])[-1])[:160]}
+    return json.loads(line[7:])
 
 
 def _row(r: dict) -> str:

@@ -7,7 +7,11 @@
 //  - reshape(reshape(x)) becomes one reshape;
 //  - matmul(x, permute(w, [1, 0])[, bias]) with a 2-D w becomes linear(x, w[, bias])
 //    (bias carried when it is [out]), so weights are used in PyTorch's [out, in]
-//    layout with no transpose copy (and are prepacked when constant).
+//    layout with no transpose copy (and are prepacked when constant);
+//  - sdpa(q, repeat_kv(k), repeat_kv(v)) becomes sdpa(q, k, v): transformers' repeat_kv
+//    (reshape to [B, Hk, 1, S, E], expand to R copies, reshape to [B, Hk*R, S, E]) copies the
+//    whole KV cache R times per layer and step; the sdpa kernel reads key head h / R itself
+//    (grouped-query attention), so K and V are read once, where they are.
 // Runs to a fixed point. Keeps node order and FX names.
 #include "ir/op_registry.h"
 #include "passes/passes.h"
@@ -55,6 +59,24 @@ bool to_linear(Graph& g, Node* n) {
   return true;
 }
 
+// The [B, Hk, S, E] value that `r` repeats along its heads (r = reshape(expand(reshape(x))) with
+// shapes [B, Hk, 1, S, E], [B, Hk, R, S, E], [B, Hk*R, S, E]): head h of r is head h / R of x.
+Value* repeated_heads(Value* r, int64_t* rep) {
+  if (!is_op(r, "reshape")) return nullptr;
+  Value* e = r->producer->inputs[0];
+  if (!is_op(e, "expand")) return nullptr;
+  Value* u = e->producer->inputs[0];
+  if (!is_op(u, "reshape")) return nullptr;
+  Value* x = u->producer->inputs[0];
+  const TensorType &xt = x->type, &ut = u->type, &et = e->type, &rt = r->type;
+  if (xt.rank() != 4 || ut.rank() != 5 || et.rank() != 5 || rt.rank() != 4) return nullptr;
+  const int64_t B = xt.size(0), Hk = xt.size(1), S = xt.size(2), E = xt.size(3), R = et.size(2);
+  if (ut.shape() != Shape{B, Hk, 1, S, E} || et.shape() != Shape{B, Hk, R, S, E} || rt.shape() != Shape{B, Hk * R, S, E})
+    return nullptr;
+  *rep = R;
+  return x;
+}
+
 }  // namespace
 
 int canonicalize(Graph& g) {
@@ -74,6 +96,17 @@ int canonicalize(Graph& g) {
         n->inputs[0] = n->inputs[0]->producer->inputs[0];
         ++changes;
         continue;
+      }
+      if (op == "sdpa" && n->inputs.size() >= 3) {
+        int64_t rk = 0, rv = 0;
+        Value* k = repeated_heads(n->inputs[1], &rk);
+        Value* v = repeated_heads(n->inputs[2], &rv);
+        if (k && v && rk == rv) {
+          n->inputs[1] = k;
+          n->inputs[2] = v;
+          ++changes;
+          continue;
+        }
       }
       if (op == "matmul" && (n->inputs.size() == 2 || n->inputs.size() == 3) && is_op(n->inputs[1], "permute"))
         matmuls.push_back(n);

@@ -122,6 +122,32 @@ def test_sdpa_decode_step_row_kernel(dtype, L, Hk):
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), q, k, v)
 
 
+def _repeat_kv(x, n_rep):
+    """transformers' repeat_kv: [B, Hk, S, E] -> [B, Hk * n_rep, S, E]."""
+    B, Hk, S, E = x.shape
+    return x[:, :, None, :, :].expand(B, Hk, n_rep, S, E).reshape(B, Hk * n_rep, S, E)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L,Hk,R", [(1, 2, 4), (6, 2, 3), (1, 1, 8), (3, 4, 1)])
+def test_repeat_kv_is_read_in_place_by_gqa_attention(dtype, L, Hk, R):
+    """transformers' repeat_kv before sdpa (every GQA decoder's attention with a mask) copies the
+    KV cache R times per layer and step; the engine drops the copies and lets the attention kernel
+    read key head h // R where it is. Same results as eager, and no expand left in the graph."""
+    from airgraph.backend import collect_reports
+
+    def attn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, R), _repeat_kv(v, R), attn_mask=m)
+
+    S, E = 23, 16
+    q, k, v = r(2, Hk * R, L, E, dtype=dtype), r(2, Hk, S, E, dtype=dtype), r(2, Hk, S, E, dtype=dtype)
+    m = torch.rand(2, 1, L, S) > 0.2
+    with collect_reports() as reps:
+        check(attn, q, k, v, m)
+    ops = [op for rep in reps for g in rep.graphs for _, op, _ in g.exe.instructions()]
+    assert "sdpa" in ops and "expand" not in ops, ops
+
+
 def _fallback_equal(fn, *args):
     torch._dynamo.reset()
     with torch.no_grad():
