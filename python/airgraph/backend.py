@@ -187,6 +187,18 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         return run
 
     def aot():
+        try:
+            return _aot()
+        except BaseException:
+            # a trace that never became a graph (Dynamo restarting its analysis, say) leaves no report
+            for sink in _REPORT_SINKS:
+                for i, r in enumerate(sink):
+                    if r is report:
+                        del sink[i]
+                        break
+            raise
+
+    def _aot():
         # keep_inference_input_mutations: an inference graph's writes to its inputs (a static KV
         # cache's index_copy_) stay in the graph as copy_ nodes, so the engine can make them in the
         # input's own memory (compiler.take_input_writes) instead of AOTAutograd's wrapper copying
