@@ -473,7 +473,9 @@ NB_MODULE(_C, m) {
             // The thinnest call path: `ins` (a tuple) and `roots` (a list) hold torch tensors that
             // the front checked (dtypes, sizes, strides) and allocated; their data pointers are
             // read here through torch's exported `void* (PyObject*)` function for objects of
-            // exactly `tensor_type`, through .data_ptr() otherwise: no Python ints per call.
+            // exactly `tensor_type`, through .data_ptr() otherwise: no Python ints per call. A
+            // Python number in `ins` (a size the graph uses as a value) is the 0-d input itself:
+            // it is converted to that input's dtype in a slot on this call's stack.
             const Program& P = *e.prog;
             AG_CHECK(PyTuple_Check(ins.ptr()) && PyList_Check(roots.ptr()), "run_tensors: a tuple and a list");
             const Py_ssize_t ni = PyTuple_GET_SIZE(ins.ptr()), nr = PyList_GET_SIZE(roots.ptr());
@@ -487,9 +489,34 @@ NB_MODULE(_C, m) {
               return reinterpret_cast<void*>(nb::cast<uintptr_t>(r));
             };
             void* small[32];
+            int64_t small_slots[32];
             std::vector<void*> big;
+            std::vector<int64_t> big_slots;
             void** ptrs = static_cast<size_t>(ni + nr) <= 32 ? small : (big.resize(ni + nr), big.data());
-            for (Py_ssize_t i = 0; i < ni; ++i) ptrs[i] = ptr_of(PyTuple_GET_ITEM(ins.ptr(), i));
+            int64_t* slots = ni <= 32 ? small_slots : (big_slots.resize(ni), big_slots.data());
+            for (Py_ssize_t i = 0; i < ni; ++i) {
+              PyObject* o = PyTuple_GET_ITEM(ins.ptr(), i);
+              if (PyLong_Check(o) || PyFloat_Check(o)) {
+                const TensorType& t = P.input_types[i];
+                AG_CHECK(t.rank() == 0, "run_tensors: input ", i, " is ", t.str(), ", not a number");
+                void* slot = &slots[i];
+                const bool is_int = PyLong_Check(o);
+                const long long iv = is_int ? PyLong_AsLongLong(o) : 0;
+                const double dv = is_int ? static_cast<double>(iv) : PyFloat_AsDouble(o);
+                if (PyErr_Occurred()) throw nb::python_error();
+                switch (t.dtype) {
+                  case DType::i64: *static_cast<int64_t*>(slot) = is_int ? iv : static_cast<int64_t>(dv); break;
+                  case DType::i32: *static_cast<int32_t*>(slot) = static_cast<int32_t>(is_int ? iv : dv); break;
+                  case DType::f64: *static_cast<double*>(slot) = dv; break;
+                  case DType::f32: *static_cast<float*>(slot) = static_cast<float>(dv); break;
+                  case DType::b8: *static_cast<bool*>(slot) = dv != 0; break;
+                  default: fail("run_tensors: input ", i, " is ", t.str(), "; a number cannot be passed for it");
+                }
+                ptrs[i] = slot;
+              } else {
+                ptrs[i] = ptr_of(o);
+              }
+            }
             for (Py_ssize_t i = 0; i < nr; ++i) ptrs[ni + i] = ptr_of(PyList_GET_ITEM(roots.ptr(), i));
             if (threads > 0) set_num_threads(threads);
             nb::gil_scoped_release nogil;

@@ -274,12 +274,29 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
     for pos, k in gm.meta.get("airgraph_input_writes", ()):
         if pos in input_positions and pos not in scalar_inputs:
             j = input_positions.index(pos)
-            if g.value_type(out_ids[k]) == g.value_type(ctx.env[phs[pos]]):
-                writes.append((j, k))
+            if g.value_type(out_ids[k]) == g.value_type(ctx.env[phs[pos]]) and all(j != w[0] for w in writes):
+                writes.append((j, k))  # (a second write of one input is left to the copy-back, in order)
     if writes:
         g.set_input_writes(writes)
     fx_names = {v: n.name for n, v in ctx.env.items() if isinstance(v, int) and n.op == "call_function"}
     return Lowered(g, input_positions, scalar_inputs, len(out_ids), fx_names)
+
+
+def _key_function(getters, values):
+    """args -> a symbolic graph's binding key (each symbol's value, read from an int argument or an
+    input's dim, then each value input's number), as one generated lambda: no generator or loop on
+    the per-call path. Every index in its text is an int."""
+    parts = [f"args[{int(i)}]" if d < 0 else f"args[{int(i)}].shape[{int(d)}]" for i, d in getters]
+    parts += [f"args[{int(i)}].item()" for i in values]
+    return eval("lambda args: (" + "".join(p + ", " for p in parts) + ")")  # noqa: S307 (ints only)
+
+
+def _picker(positions):
+    """args -> the tuple of args[i] for i in positions (itemgetter, which returns a bare item for one)."""
+    pos = list(positions)
+    if len(pos) >= 2:
+        return operator.itemgetter(*pos)
+    return (lambda args: (args[pos[0]],)) if pos else (lambda args: ())
 
 
 def _contiguous_strides(shape) -> tuple:
@@ -376,10 +393,10 @@ class EngineGraph:
 
     def _plan_fast(self):
         """The thin call path, where it applies: every output a whole buffer of its own (or an input
-        written in place), no scalar arguments, no dumps or profiles. Returns what it allocates per
+        written in place), no dumps or profiles. Returns what it allocates per
         external root (shape, strides, dtype), or None."""
-        if (_TensorGuards is None or not _DATA_PTR_FN or self.scalar_inputs or self.config.profile
-                or self.dumper is not None or self.dump_entries):
+        if (_TensorGuards is None or not _DATA_PTR_FN or self.config.profile or self.dumper is not None
+                or self.dump_entries):
             return None
         allocs = [None] * len(self.root_bytes)
         for root, _, dtype, shape, direct in self.out_plan:
@@ -393,9 +410,10 @@ class EngineGraph:
         writes = self.gm.meta.get("airgraph_input_writes", ())
         self._user_outputs = writes[0][1] if writes else len(self._out_roots)
         self._writes_in_place = bool(writes) and all(r < 0 for r in self._out_roots[self._user_outputs:])
-        pos = list(self.input_positions)
-        self._pick = (lambda args: ()) if not pos else (lambda args: (args[pos[0]],)) if len(pos) == 1 \
-            else operator.itemgetter(*pos)
+        self._pick = _picker(self.input_positions)
+        # numbers (sizes the graph uses as values) go to the engine as they are; tensors are checked
+        self._tensor_pick = _picker([i for i in self.input_positions if i not in self.scalar_inputs]) \
+            if self.scalar_inputs else None
         return allocs
 
     def run(self, args) -> list[torch.Tensor]:
@@ -404,7 +422,7 @@ class EngineGraph:
             # TensorGuards, as Dynamo's guards do it), outputs from Inductor's allocator, and the
             # engine reads the data pointers itself
             ins = self._pick(args)
-            if self._guard.check(*ins):
+            if self._guard.check(*(ins if self._tensor_pick is None else self._tensor_pick(args))):
                 roots = [_empty_strided_cpu(shape, stride, dtype) for shape, stride, dtype in self._fast]
                 self.exe.run_tensors(ins, roots, self.threads or torch.get_num_threads(), _DATA_PTR_FN,
                                      torch.Tensor)
@@ -452,10 +470,12 @@ class EngineGraph:
                 roots[r] = buf.data_ptr()
         self.exe.run_ptrs(ptrs, roots, self.threads or torch.get_num_threads())
         self.calls += 1
-        if self._fast is not None and self._guard is None and not copied:
-            # later calls whose inputs match these in dtype, sizes and strides take the thin path
-            self._guard = _TensorGuards(*ins, dynamic_dims_sizes=[list(a.shape) for a in ins],
-                                        dynamic_dims_strides=[list(a.stride()) for a in ins])
+        if self._fast is not None and self._guard is None and not copied and all(
+                isinstance(args[i], (int, float)) for i in self.scalar_inputs):
+            # later calls whose tensors match these in dtype, sizes and strides take the thin path
+            ts = [a for i, a in zip(self.input_positions, ins) if i not in self.scalar_inputs]
+            self._guard = _TensorGuards(*ts, dynamic_dims_sizes=[list(a.shape) for a in ts],
+                                        dynamic_dims_strides=[list(a.stride()) for a in ts])
         if self.config.profile:
             self.profiles.append((self.exe.last_starts_ns(), self.exe.last_times_ns()))
         if self.calls == 1:
@@ -562,6 +582,7 @@ class SymbolicEngineGraph:
         self.values = sorted(i for i in spec.values if i not in consts and i < len(phs)
                              and _is_tensor_meta(phs[i].meta.get("val")) and phs[i].meta["val"].dim() == 0)
         self.value_dtypes = [phs[i].meta["val"].dtype for i in self.values]
+        self._key = _key_function(self.getters, self.values)
         self.gears = {s: sorted(set(v)) for s, v in spec.gears.items() if s in self.symbols}
         self.prepack_cache = C.PrepackCache()  # weights packed once for every size
         self.kernel_cache = C.KernelCache()  # a kernel whose node and shapes were seen before is reused
@@ -765,9 +786,7 @@ class SymbolicEngineGraph:
 
     def run(self, args):
         try:
-            key = tuple(args[i] if d < 0 else args[i].shape[d] for i, d in self.getters)
-            if self.values:
-                key += tuple(args[i].item() for i in self.values)
+            key = self._key(args)
         except (IndexError, AttributeError) as e:
             raise EngineError(f"graph_{self.gid}: the arguments do not match the traced graph ({e})") from None
         run = self.instances.get(key)
@@ -1069,12 +1088,12 @@ def take_input_writes(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
     taken = []
     for c in copies:
         dst, src = c.args
-        dv, sv = dst.meta.get("val"), src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        if not isinstance(src, torch.fx.Node):
+            continue
+        dv, sv = dst.meta.get("val"), src.meta.get("val")
         if c.users and not (_is_tensor_meta(dv) and _is_tensor_meta(sv) and dv.dtype == sv.dtype
                             and dv.shape == sv.shape):
             continue  # its result is read and is not src's value as it stands: it stays (and falls back)
-        if not isinstance(src, torch.fx.Node):
-            continue
         c.replace_all_uses_with(src)  # after the copy the input holds src's value
         gm.graph.erase_node(c)
         taken.append((phs[dst], src))

@@ -280,3 +280,29 @@ def test_region_fed_another_dtype_than_traced_runs_in_pytorch():
     got, _ = _native_report(f, *args)
     assert_close(got, want)
     assert_close(args[1], want_args[1])  # the running mean was updated as eager updates it
+
+
+def test_thin_call_path_matches_the_checked_one():
+    """After a first checked call, a graph's calls take the thin path (one C check of the inputs'
+    dtypes, sizes and strides; the engine reads the data pointers itself). Every call must give
+    eager's result: repeated sizes, a new size, and other strides (a transposed input: Dynamo
+    traces it again, and its first call takes the checked path, which copies it)."""
+    from airgraph.backend import collect_reports
+
+    def f(x, y):
+        return (x * x.shape[0] + y).relu(), x.sum(0) * x.shape[1]
+
+    torch._dynamo.reset()
+    comp = torch.compile(f, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad(), collect_reports() as reps:
+        for shape in [(5, 3), (5, 3), (5, 3), (7, 3), (7, 3)]:
+            x, y = torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
+            for got, want in zip(comp(x, y), f(x, y)):
+                torch.testing.assert_close(got, want)
+        xt = torch.randn(3, 7, generator=g).t()  # sizes seen before, other strides
+        for got, want in zip(comp(xt, y), f(xt, y)):
+            torch.testing.assert_close(got, want)
+    graphs = [run.__self__ for r in reps for s in r.symbolic for run in s.instances.values()]
+    assert sorted(eg.calls for eg in graphs) == [1, 2, 3], [eg.calls for eg in graphs]
+    assert all((eg._guard is not None) == (eg.calls > 1) for eg in graphs)  # thin from the second call on

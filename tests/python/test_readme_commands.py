@@ -297,6 +297,17 @@ def test_generation_benchmark_small():
     assert re.search(r"copy bandwidth [\d.]+ GB/s", out), out
 
 
+def test_generation_overhead_breakdown_small():
+    # bench/generate.py --overhead (README "Generating text"): one decode call's fixed cost by layer
+    out = _ok(_python(["bench/generate.py", "--overhead", "--caches", "static", "--batches", "1", "--new", "6"],
+                      timeout=600))
+    row = next((l for l in out.splitlines() if l.startswith("| static | 1 |")), None)
+    assert row is not None, out
+    call, dynamo, aot, ours, engine = (float(x) for x in row.strip("|").split("|")[2:7])
+    assert call > 0 and engine > 0 and ours > 0, row
+    assert abs(call - (dynamo + aot + ours + engine)) < 1.0, row  # the layers add up to the whole call
+
+
 def test_weight_checks_benchmark_small():
     out = _ok(_python(["bench/weight_checks.py", "2", "--small"], timeout=300))
     m = re.search(r"check alone, C\+\+ WeightGuard \(default: direct count read\): min +(\d+) ns", out)
