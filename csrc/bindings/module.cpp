@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "bindings/tensor_ptr.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "kernels/onednn_util.h"
@@ -481,12 +482,9 @@ NB_MODULE(_C, m) {
             const Py_ssize_t ni = PyTuple_GET_SIZE(ins.ptr()), nr = PyList_GET_SIZE(roots.ptr());
             AG_CHECK(static_cast<size_t>(ni) == P.input_types.size() && static_cast<size_t>(nr) == P.external_bytes.size(),
                      "run_tensors: expected ", P.input_types.size(), " inputs and ", P.external_bytes.size(), " roots");
-            using DataPtrFn = void* (*)(PyObject*);
             auto fn = reinterpret_cast<DataPtrFn>(data_ptr_fn);
-            auto ptr_of = [&](PyObject* t) -> void* {
-              if (fn != nullptr && reinterpret_cast<PyObject*>(Py_TYPE(t)) == tensor_type.ptr()) return fn(t);
-              nb::object r = nb::borrow(t).attr("data_ptr")();
-              return reinterpret_cast<void*>(nb::cast<uintptr_t>(r));
+            auto ptr_of = [&](PyObject* t) {
+              return reinterpret_cast<void*>(tensor_data_ptr(t, fn, tensor_type.ptr()));
             };
             void* small[32];
             int64_t small_slots[32];

@@ -36,14 +36,15 @@
 #include <utility>
 #include <vector>
 
+#include "bindings/tensor_ptr.h"
+
 namespace nb = nanobind;
 
 namespace {
 
-using DataPtrFn = void* (*)(PyObject*);
+using ag::DataPtrFn;
 
 PyObject* g_version_name = nullptr;   // interned "_version"
-PyObject* g_data_ptr_name = nullptr;  // interned "data_ptr"
 PyObject* g_cdata_name = nullptr;     // interned "_cdata": a tensor's TensorImpl address
 PyObject* g_detach_name = nullptr;    // interned "detach"
 
@@ -267,15 +268,7 @@ class WeightGuard {
   }
 
   uintptr_t read_data_ptr(PyObject* a, const Bound& b) const {
-    // torch's function takes any tensor; only hand it objects of the bound tensor's type.
-    if (data_ptr_fn_ != nullptr && reinterpret_cast<PyObject*>(Py_TYPE(a)) == b.type)
-      return reinterpret_cast<uintptr_t>(data_ptr_fn_(a));
-    PyObject* r = PyObject_CallMethodNoArgs(a, g_data_ptr_name);
-    if (r == nullptr) throw nb::python_error();
-    void* p = PyLong_AsVoidPtr(r);
-    Py_DECREF(r);
-    if (p == nullptr && PyErr_Occurred()) throw nb::python_error();
-    return reinterpret_cast<uintptr_t>(p);
+    return ag::tensor_data_ptr(a, data_ptr_fn_, b.type);  // torch's function only for the bound tensor's type
   }
 
   std::vector<Bound> bound_;
@@ -288,7 +281,6 @@ class WeightGuard {
 
 void bind_weights(nb::module_& m) {
   g_version_name = PyUnicode_InternFromString("_version");
-  g_data_ptr_name = PyUnicode_InternFromString("data_ptr");
   g_cdata_name = PyUnicode_InternFromString("_cdata");
   g_detach_name = PyUnicode_InternFromString("detach");
   nb::class_<WeightGuard>(m, "WeightGuard",

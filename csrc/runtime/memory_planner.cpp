@@ -9,6 +9,19 @@
 namespace ag {
 namespace {
 size_t align64(size_t n) { return ((n + 63) / 64) * 64; }
+
+// Whether node n's kernel may write its single output over operand k's bytes: an elementwise op
+// reads each element before writing it (a whole operand, not a broadcast one); an update
+// (kUpdatesInput0) copies operand 0 and then only writes, if no other operand reads those bytes.
+bool may_overwrite(const Node& n, size_t k, const std::vector<int>& root) {
+  const Value* x = n.inputs[k];
+  if (n.outputs.size() != 1 || x->type.numel() != n.outputs[0]->type.numel()) return false;
+  if (n.op->has(kElementwise)) return true;
+  if (!n.op->has(kUpdatesInput0) || k != 0) return false;
+  for (size_t j = 1; j < n.inputs.size(); ++j)
+    if (root[n.inputs[j]->id] == root[x->id]) return false;
+  return true;
+}
 }  // namespace
 
 MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
@@ -72,8 +85,7 @@ MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
         for (size_t k = 0; k < n.inputs.size() && ok; ++k) {
           const Value* x = n.inputs[k];
           if (root[x->id] != in->id) continue;
-          const bool whole = x == in && x->type.numel() == v->type.numel();
-          ok = t == tp && whole && (p.op->has(kElementwise) || (p.op->has(kUpdatesInput0) && k == 0));
+          ok = t == tp && x == in && may_overwrite(p, k, root);
         }
       }
       if (!ok) continue;
@@ -95,20 +107,17 @@ MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
   if (allow_inplace) {
     for (int t = 0; t < nn; ++t) {
       const Node& n = *nodes[t];
-      const bool updates = n.op->has(kUpdatesInput0);
-      if (!(n.op->has(kElementwise) || updates) || n.outputs.size() != 1) continue;
+      if (!(n.op->has(kElementwise) || n.op->has(kUpdatesInput0)) || n.outputs.size() != 1) continue;
       Value* o = n.outputs[0];
       if (root[o->id] != o->id || is_external[o->id]) continue;
-      for (size_t k = 0; k < (updates ? 1 : n.inputs.size()); ++k) {
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        if (!may_overwrite(n, k, root)) continue;
         Value* in = n.inputs[k];
         int r = root[in->id];
-        if (updates && std::any_of(n.inputs.begin() + 1, n.inputs.end(), [&](Value* x) { return root[x->id] == r; }))
-          continue;  // the update's other operands read the buffer it overwrites
         Value* rv = g.value(r);
         if (rv->kind != ValueKind::NodeOutput || is_external[r] || last[r] != t) continue;
         if (in->id != r && off[in->id] != 0) continue;
         if (in->type.nbytes() != o->type.nbytes() || rv->type.nbytes() != o->type.nbytes()) continue;
-        if (in->type.numel() != o->type.numel()) continue;  // broadcast input
         int base = share[r] >= 0 ? share[r] : r;
         share[o->id] = base;
         last[base] = std::max(last[base], last[o->id]);

@@ -1114,12 +1114,11 @@ def _writing_inputs(run, writes):
     n = writes[0][1]
 
     def call(args):
-        targets = [args[p] for p, _ in writes]  # a boxed callee may clear args
-        outs = run(args)
+        outs = run(args)  # (no callee of ours clears the boxed argument list)
         if len(outs) == n:  # the engine made every write in the input's memory
             return outs
-        for t, (_, k) in zip(targets, writes):
-            o = outs[k]
+        for p, k in writes:
+            t, o = args[p], outs[k]
             if o is not t:
                 t.copy_(o)
         return list(outs[:n])
