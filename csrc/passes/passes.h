@@ -18,6 +18,7 @@ int eliminate_common_subexpressions(Graph& g);
 int eliminate_dead_code(Graph& g);
 int materialize_outputs(Graph& g);
 int fuse_norms(Graph& g);        // decomposed RMSNorm (pow/mean/add eps/rsqrt/mul[/mul weight]) -> rms_norm
+int fuse_rope(Graph& g);         // x * cos + cat(-x[..., h:], x[..., :h]) * sin -> rope(x, cos, sin)
 int fuse_epilogues(Graph& g);     // linear/matmul/conv + bias/activation/residual add -> one oneDNN primitive
 int fuse_elementwise(Graph& g);   // chains of elementwise ops -> one tiled kernel
 int fuse_gathers(Graph& g);       // separable index gathers read inside the fused_elementwise node they feed  // graph outputs that are inputs/constants/duplicates get a copy

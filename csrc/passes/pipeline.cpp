@@ -6,6 +6,8 @@
 //   fuse_norms        after dce (use counts are final): a decomposed RMSNorm
 //                     chain becomes one rms_norm node; before the elementwise
 //                     fusions, which would otherwise split the chain up
+//   fuse_rope         likewise: the rotate-half rotary embedding (slices, neg,
+//                     cat, two muls, add) becomes one rope node
 //   fuse_epilogues    after fuse_norms: an activation or residual
 //                     add is absorbed into the GEMM/conv that feeds it
 //   fuse_elementwise  after fuse_epilogues, so that it fuses only what is left
@@ -21,7 +23,7 @@
 namespace ag {
 
 std::vector<std::string> pass_names() {
-  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_norms", "fuse_epilogues", "fuse_elementwise", "fuse_gathers", "materialize_outputs"};
+  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_norms", "fuse_rope", "fuse_epilogues", "fuse_elementwise", "fuse_gathers", "materialize_outputs"};
 }
 
 std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
@@ -44,6 +46,7 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const A
   });
   run("dce", [&] { return eliminate_dead_code(g); });
   run("fuse_norms", [&] { return fuse_norms(g); });
+  run("fuse_rope", [&] { return fuse_rope(g); });
   run("fuse_epilogues", [&] { return fuse_epilogues(g); });
   run("fuse_elementwise", [&] { return fuse_elementwise(g); });
   run("fuse_gathers", [&] { return fuse_gathers(g); });
