@@ -142,6 +142,7 @@ class Graph {
   void verify() const;      // throws ag::Error naming the broken node
 
  private:
+  friend class GraphFile;  // ir/serialize.cpp: writes and reads this state
   Node* make_node(const std::string& op, const std::vector<Value*>& inputs, Attrs attrs, const std::string& name,
                   const std::string& source, const std::vector<Value*>* outputs = nullptr);
   std::unique_ptr<Graph> replay(const std::vector<int64_t>* sizes) const;
