@@ -276,10 +276,31 @@ def main():
     gbs = bandwidth_gbs()
     print(f"generation: model {a.model}, prompt {a.prompt}, {a.new} new tokens, greedy; {cpu}, {THREADS} threads, "
           f"torch {torch.__version__}; copy bandwidth {gbs:.1f} GB/s", flush=True)
-    rows = []
+    rows = measure(a, gbs, log=lambda r: print(_row(r), flush=True))
+    print()
+    print(TABLE_HEADER)
+    for r in rows:
+        print(_row(r))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+TABLE_HEADER = ("| cache | batch | backend | first generate() (ms) | prefill (ms) | decode (ms/token) "
+                "| floor (ms/token) | tokens = eager | notes |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def measure(a, gbs: float, log=None) -> list[dict]:
+    """Every (cache, batch, backend) cell of a.model, each in its own worker process (bench/run.py's
+    generation section calls this too). `a` needs model, backends, caches, batches (comma-separated
+    strings), prompt, new, repeats and timeout. A row: the worker's result (or {"error": ...}) with
+    backend, cache, batch, floor_ms and, where eager's tokens are known, equal (every generate()'s
+    tokens the same as eager's first)."""
+    rows, floors = [], {}
     for cache in a.caches.split(","):
         for batch in [int(b) for b in a.batches.split(",")]:
-            floor = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs)
+            if batch not in floors:  # the floor does not depend on the cache's kind
+                floors[batch] = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs)
             ref = None
             for backend in a.backends.split(","):
                 r = _run_worker(a, backend, cache, batch)
@@ -287,18 +308,11 @@ def main():
                     ref = r["tokens"][0]
                 if "tokens" in r and ref is not None:
                     r["equal"] = all(t == ref for t in r["tokens"])
-                r.update(backend=backend, cache=cache, batch=batch, floor_ms=floor)
+                r.update(backend=backend, cache=cache, batch=batch, floor_ms=floors[batch])
                 rows.append(r)
-                print(_row(r), flush=True)
-    print()
-    print("| cache | batch | backend | first generate() (ms) | prefill (ms) | decode (ms/token) | floor (ms/token) "
-          "| tokens = eager | notes |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(_row(r))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(rows, f, indent=1)
+                if log:
+                    log(r)
+    return rows
 
 
 def _run_worker(a, backend: str, cache: str, batch: int, extra=()) -> dict:

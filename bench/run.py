@@ -1,9 +1,11 @@
 """The benchmark: every zoo model on every backend, side by side, in one run.
 
-    python bench/run.py                      # full configs, all models, all backends (~40 min on 2 cores)
+    python bench/run.py                      # full configs, all models, all backends, generation (~80 min, 2 cores)
     python bench/run.py --models bert,gpt2 --backends eager,airgraph --runs 10   # to $TMPDIR/airgraph_bench
-    python bench/run.py --tiny               # smoke run: MiniLM small, eager vs airgraph, 3 rounds (~1 min)
+    python bench/run.py --tiny               # smoke run: MiniLM small, eager vs airgraph, 3 rounds, and the
+                                             # small decoder's generation cells at batch 1 (~2-3 min)
     python bench/run.py --micro-only         # only the host-overhead, engine-loop and fusion micro-benchmarks
+    python bench/run.py --generation-only --generation-models small   # only the generation section, zoo decoder
 
 Backends: eager, inductor (torch.compile default), airgraph, openvino (OpenVINO's
 torch.compile backend); all with 2 threads. The package used is whatever
@@ -31,6 +33,17 @@ initialized Dynamo and AOTAutograd (Inductor's on-disk cache is the one its cold
 cell filled). Writes latest.md, latest.json (raw per-round times included) and
 latest.png to --out (default: bench/results for the whole benchmark, $TMPDIR/airgraph_bench
 for a narrowed one, so that only a whole run replaces the committed results).
+
+Generation (after the zoo models; --no-generation skips it, --generation-only runs only it):
+transformers' generate() with model.forward compiled by each backend, run by bench/generate.py's
+own workers (one process per (model, cache, batch, backend); see that file): prefill ms, decode
+ms per token (medians over --generation-repeats generate() calls of --generation-new tokens) and
+the first generate() (compiles included), for the dynamic and the static KV cache, batch 1 and 4
+(or --batches), on --generation-models (default small and 0.5b: the zoo's LLaMA-style decoder in
+its small config and a Qwen2-0.5B-style config; roughly 30 min on 2 cores for 0.5b alone); beside
+each decode figure the memory-bandwidth floor (weights and KV cache read per token over the copy
+bandwidth measured here). A backend that fails in a cell keeps its error in the table. The
+issue's generation targets are evaluated from these cells in the Targets section.
 """
 from __future__ import annotations
 
@@ -45,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -55,6 +69,17 @@ MAX_ROUNDS = 200
 RANK_MARGIN = 1.05  # a ranking needs at least a 5% median difference in the paired ratio
 THREADS = 2
 LOADED = 0.10  # a cell during which other processes used more than this share of the machine is marked "loaded"
+GEN_MODELS = "small,0.5b"  # bench/generate.py's --model values for the generation section
+GEN_MODEL_CHOICES = ("small", "full", "0.5b")
+GEN_MODEL_TEXT = {"small": "the zoo's LLaMA-style decoder, small config (2 layers of 64, GQA 4/2, "
+                          "1000-token vocabulary)",
+                  "full": "the zoo's LLaMA-style decoder, full config (4 layers of 1024, GQA 16/4; 110M parameters)",
+                  "0.5b": "a Qwen2-0.5B-style config (24 layers of 896, GQA 14/2, 151936-token vocabulary, tied "
+                          "embeddings; 494M parameters)"}
+GEN_CACHES = "dynamic,static"
+GEN_BATCHES = "1,4"
+GEN_PROMPT = 32
+GEN_NEW, GEN_REPEATS = 64, 3  # bench/generate.py's defaults
 
 
 _BACKEND_S = [0.0]  # seconds spent inside the backend compiler (after Dynamo's tracing)
@@ -181,16 +206,24 @@ def _machine_cpu() -> tuple[float, float]:
 
 class _LoadMeter:
     """What else ran on the machine while we measured: CPU time of other processes and
-    the hypervisor's steal time, each as a share of the machine (wall time x cores)."""
+    the hypervisor's steal time, each as a share of the machine (wall time x cores).
+    With children=True the worker processes this one waited for count as its own."""
+
+    def __init__(self, children: bool = False):
+        self.children = children
+
+    def _own(self) -> float:
+        t = os.times()
+        return time.process_time() + (t.children_user + t.children_system if self.children else 0.0)
 
     def __enter__(self):
-        self.t, self.own, (self.busy, self.steal) = time.perf_counter(), time.process_time(), _machine_cpu()
+        self.t, self.own, (self.busy, self.steal) = time.perf_counter(), self._own(), _machine_cpu()
         return self
 
     def __exit__(self, *exc):
         wall = (time.perf_counter() - self.t) * (os.cpu_count() or 1)
         busy, steal = _machine_cpu()
-        own = time.process_time() - self.own
+        own = self._own() - self.own
         self.other = max(0.0, (busy - self.busy) - own) / wall if wall > 0 else float("nan")
         self.stolen = (steal - self.steal) / wall if wall > 0 else float("nan")
 
@@ -472,6 +505,52 @@ def engine_overhead(sizes=(20, 200), numel: int = 16, runs: int = 3000) -> dict:
     return dict(nodes=list(sizes), call_ns=pts, ns_per_node=(t1 - t0) / (n1 - n0))
 
 
+# --------------------------------------------------------------------------- generation
+
+
+_GEN_MODULE = []
+
+
+def _generate_module():
+    """bench/generate.py as a module (bench/ is no package): its workers, floor and table rows."""
+    if not _GEN_MODULE:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("airgraph_bench_generate", os.path.join(HERE, "generate.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _GEN_MODULE.append(mod)
+    return _GEN_MODULE[0]
+
+
+def generation(models: list[str], backends: list[str], a) -> dict:
+    """The generation section: bench/generate.py's cells (each in its own worker process) for every
+    model, both caches and the batches; rows as generate.py makes them, with the model added and
+    the greedy tokens dropped (`equal` keeps their comparison with eager's)."""
+    gen = _generate_module()
+    gbs = gen.bandwidth_gbs()
+    batches = a.batches or GEN_BATCHES
+    print(f"  generation: copy bandwidth {gbs:.1f} GB/s; models {', '.join(models)}; prompt {GEN_PROMPT}, "
+          f"{a.generation_new} new tokens, {a.generation_repeats} repeats", flush=True)
+    rows, load = [], {}
+    for m in models:
+        ns = SimpleNamespace(model=m, backends=",".join(backends), caches=GEN_CACHES, batches=batches,
+                             prompt=GEN_PROMPT, new=a.generation_new, repeats=a.generation_repeats, timeout=a.timeout)
+        t0 = time.perf_counter()
+        with _LoadMeter(children=True) as meter:
+            cells = gen.measure(ns, gbs, log=lambda r: print(f"  generation {m}: {gen._row(r)}", flush=True))
+        for r in cells:
+            r.pop("tokens", None)
+            rows.append(dict(model=m, **r))
+        load[m] = dict(other_load=meter.other, steal=meter.stolen)
+        print(f"  generation {m}: {time.perf_counter() - t0:.0f} s; other processes {meter.other:.0%} of the machine, "
+              f"steal {meter.stolen:.0%}{' (LOADED)' if _loaded(load[m]) else ''}", flush=True)
+    return dict(models=models, load=load, bandwidth_gbs=gbs, prompt=GEN_PROMPT, new=a.generation_new,
+                repeats=a.generation_repeats, caches=GEN_CACHES.split(","),
+                batches=[int(b) for b in batches.split(",")],
+                backends=backends, rows=rows)
+
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -545,10 +624,20 @@ def main():
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per worker process")
     ap.add_argument("--no-micro", action="store_true", help="skip the host-overhead and fusion micro-benchmarks")
     ap.add_argument("--micro-only", action="store_true", help="only the micro-benchmarks")
+    ap.add_argument("--no-generation", action="store_true", help="skip the generation section")
+    ap.add_argument("--generation-only", action="store_true",
+                    help="only the generation section (no zoo models, no micro-benchmarks)")
+    ap.add_argument("--generation-models", default="",
+                    help=f"comma-separated bench/generate.py models ({', '.join(GEN_MODEL_CHOICES)}) for the "
+                         f"generation section (default: {GEN_MODELS}); --backends applies to it, and --batches "
+                         f"(default {GEN_BATCHES} there)")
+    ap.add_argument("--generation-new", type=int, default=GEN_NEW, help="new tokens per generate() (decode's span)")
+    ap.add_argument("--generation-repeats", type=int, default=GEN_REPEATS,
+                    help="generate() calls per median (prefill and decode)")
     ap.add_argument("--tiny", action="store_true",
-                    help="a smoke run for tests (about a minute): --size small --models minilm --batches 1 "
-                         "--backends eager,airgraph --runs 3 --warmup 1 --min-seconds 0 --no-micro (flags given "
-                         "explicitly still apply)")
+                    help="a smoke run for tests (about two minutes): --size small --models minilm --batches 1 "
+                         "--backends eager,airgraph --runs 3 --warmup 1 --min-seconds 0 --generation-models small "
+                         "--generation-new 16 --generation-repeats 3 --no-micro (flags given explicitly still apply)")
     ap.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "BATCH"), help=argparse.SUPPRESS)
     ap.add_argument("--latency-worker", nargs=3, metavar=("MODEL", "BATCH", "BACKENDS"), help=argparse.SUPPRESS)
     ap.add_argument("--skip", default="{}", help=argparse.SUPPRESS)
@@ -557,9 +646,17 @@ def main():
     if "--tiny" in argv:
         given = {x.split("=")[0] for x in argv}
         defaults = [("--size", "small"), ("--models", "minilm"), ("--batches", "1"), ("--backends", "eager,airgraph"),
-                    ("--runs", "3"), ("--warmup", "1"), ("--min-seconds", "0")]
+                    ("--runs", "3"), ("--warmup", "1"), ("--min-seconds", "0"), ("--generation-models", "small"),
+                    ("--generation-new", "16"), ("--generation-repeats", "3")]
         argv = [t for k, v in defaults if k not in given for t in (k, v)] + argv + ["--no-micro"]
     a = ap.parse_args(argv)
+    if a.generation_only and (a.no_generation or a.micro_only):
+        ap.error("--generation-only excludes --no-generation and --micro-only")
+    bad = [m for m in a.generation_models.split(",") if m and m not in GEN_MODEL_CHOICES]
+    if bad:
+        ap.error(f"--generation-models: unknown {', '.join(bad)} (choose from {', '.join(GEN_MODEL_CHOICES)})")
+    if a.generation_new < 2 or a.generation_repeats < 1:
+        ap.error("--generation-new needs at least 2 tokens (decode is the difference to 1), --generation-repeats 1")
     if a.chain_worker:
         print("RESULT " + json.dumps(chain_worker(*a.chain_worker)))
         return
@@ -571,14 +668,20 @@ def main():
         print("RESULT " + json.dumps(latency_worker(m, int(batch), bks.split(","), a.size, a.runs, a.warmup,
                                                     a.min_seconds, json.loads(a.skip))))
         return
-    from airgraph import zoo
 
     # Only the whole benchmark replaces the committed results; a narrowed run goes to a temp dir unless --out says
     whole = (a.size == "full" and not a.models and a.backends == ",".join(BACKENDS) and not a.batches
-             and not a.micro_only and not a.no_micro)
+             and not a.micro_only and not a.no_micro and not a.no_generation and not a.generation_only
+             and not a.generation_models and a.generation_new == GEN_NEW and a.generation_repeats == GEN_REPEATS)
     out = a.out or (RESULTS if whole else os.path.join(tempfile.gettempdir(), "airgraph_bench"))
     os.makedirs(out, exist_ok=True)
-    models = [] if a.micro_only else ([m for m in a.models.split(",") if m] or zoo.names())
+    models = []
+    if not a.micro_only and not a.generation_only:
+        from airgraph import zoo
+
+        models = [m for m in a.models.split(",") if m] or zoo.names()
+    gen_models = [] if a.micro_only or a.no_generation else [m for m in (a.generation_models or GEN_MODELS).split(",")
+                                                             if m]
     backends = a.backends.split(",")
     cpu = cpu_info()
     import torch
@@ -595,10 +698,11 @@ def main():
                 cells.append(bench_cell(m, batch, backends, a, cache_root))
     finally:
         shutil.rmtree(cache_root, ignore_errors=True)
+    gen = generation(gen_models, backends, a) if gen_models else None
     micro_rows, fusion_rows, eng = [], [], {}
-    if "airgraph" in backends and not a.no_micro:
+    if "airgraph" in backends and not a.no_micro and not a.generation_only:
         micro_rows, fusion_rows, eng = micro(), fusion(), engine_overhead()
-    write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run)
+    write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run, gen)
 
 
 def _loaded(cell) -> bool:
@@ -613,7 +717,7 @@ def _ms(x: float) -> str:
     return f"{x:.1f}" if x >= 100 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
-def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
+def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, gen=None):
     import torch
 
     rounds = sorted({c["rounds"] for c in cells})
@@ -625,6 +729,8 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
         f"**Machine:** {cpu['name']}, {cpu['cores']} cores, ISA: {', '.join(cpu['isa']) or 'unknown'}"
         f"{' (' + no + ')' if no else ''}; torch {torch.__version__}; {THREADS} threads; {a.size} configs"
         f"{f'; OPENBLAS_CORETYPE={kernels}' if kernels else ''}; whole run {elapsed_s / 60:.1f} min.",
+    ]
+    zoo_lines = [
         "",
         "**Latency**, all backends in one process per (model, batch) on one model instance, measured in "
         f"interleaved rounds (each round calls every backend once, order rotated per round; {a.warmup} warm-up "
@@ -641,7 +747,7 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
     for c in cells:
         for b, r in c["backends"].items():
             if "median_ms" not in r:
-                lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r['error']} | | | | | | |")
+                zoo_lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r['error']} | | | | | | |")
                 continue
             ve = r.get("vs_eager")
             vs_e = "" if not ve else "1.00x" if b == "eager" else f"{ve['ratio']:.2f}x ({ve['p25']:.2f}-{ve['p75']:.2f})"
@@ -649,20 +755,20 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
             if b == "airgraph" and "airgraph_vs_inductor" in c:
                 p = c["airgraph_vs_inductor"]
                 vs_i = f"{p['ratio']:.2f}x {_verdict(p)} ({p['wins']}/{p['n']} rounds faster)"
-            lines.append(
+            zoo_lines.append(
                 f"| {c['model']} | {c['batch']} | {b} | {_ms(r['median_ms'])} | {_ms(r['p25_ms'])}-{_ms(r['p75_ms'])} "
                 f"| {_ms(r['min_ms'])}-{_ms(r['max_ms'])} | {_ms(r['ci95_ms'][0])}-{_ms(r['ci95_ms'][1])} | {vs_e} "
                 f"| {vs_i} | {r['max_diff']:.1e} |")
-    lines += ["", "**Ranking** per (model, batch), fastest first: `<` a clear difference (as above), `~` a tie. "
+    zoo_lines += ["", "**Ranking** per (model, batch), fastest first: `<` a clear difference (as above), `~` a tie. "
                   "Other load: CPU time of other processes and the hypervisor's steal time while the rounds ran, as a "
                   f"share of the machine; above {LOADED:.0%} the cell is marked LOADED (with 2 threads on 2 cores, "
                   "OpenMP's barriers wait for descheduled threads: such a cell measures contention, not speed).", "",
               "| model | batch | rounds | other load, steal | ranking |", "|---|---|---|---|---|"]
     for c in cells:
         load = f"{c.get('other_load', float('nan')):.0%}, {c.get('steal', float('nan')):.0%}"
-        lines.append(f"| {c['model']} | {c['batch']} | {c['rounds']} | {load}{' LOADED' if _loaded(c) else ''} | "
+        zoo_lines.append(f"| {c['model']} | {c['batch']} | {c['rounds']} | {load}{' LOADED' if _loaded(c) else ''} | "
                      f"{c['ranking'] or 'no backend measured'} |")
-    lines += [
+    zoo_lines += [
         "",
         "**Compile and memory**, each (model, batch, backend) in its own process. Cold compile: the first call "
         "(Dynamo + the backend; Inductor with an empty cache dir); backend: the part inside the backend compiler "
@@ -678,18 +784,21 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
     for c in cells:
         for b, r in c["backends"].items():
             if "cold_compile_s" not in r:
-                lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r.get('cold_error', r.get('error'))} "
+                zoo_lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r.get('cold_error', r.get('error'))} "
                              "| | | |")
                 continue
             bk = f"{r.get('backend_s', 0):.1f}" if b != "eager" else ""
             if b == "airgraph":
                 bk += f" ({r.get('engine_ms', 0) / 1000:.2f})"
             warm = f"{r['warm_compile_s']:.1f}" if "warm_compile_s" in r else "error"
-            lines.append(f"| {c['model']} | {c['batch']} | {b} | {r['cold_compile_s']:.1f} | {bk} | {warm} | "
+            zoo_lines.append(f"| {c['model']} | {c['batch']} | {b} | {r['cold_compile_s']:.1f} | {bk} | {warm} | "
                          f"{r['peak_rss_mb']:.0f} |")
-    lines += _targets(cells)
-    if not cells:  # --micro-only: the machine line, then the micro-benchmarks
-        lines = lines[:4]
+    if cells:
+        lines += zoo_lines
+    if gen:
+        lines += _generation_lines(gen)
+    targets, gen_targets = _targets(cells, gen)
+    lines += targets
     if micro_rows:
         n0, n1 = micro_rows[0]["nodes"]
         lines += ["", f"Host overhead: chained elementwise ops on 16-element tensors, {n0} and {n1} ATen nodes; "
@@ -717,12 +826,123 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s):
     with open(os.path.join(out, "latest.json"), "w") as f:
         json.dump(dict(machine=dict(cpu, torch=torch.__version__, threads=THREADS, size=a.size),
                        settings=dict(runs=a.runs, warmup=a.warmup, min_seconds=a.min_seconds, rank_margin=RANK_MARGIN),
-                       elapsed_s=elapsed_s, cells=cells, micro=micro_rows, fusion=fusion_rows, engine=eng), f, indent=1)
+                       elapsed_s=elapsed_s, cells=cells, micro=micro_rows, fusion=fusion_rows, engine=eng,
+                       generation=dict(gen, targets=gen_targets) if gen else None), f, indent=1)
     _chart(cells, out)
-    print(f"wrote {os.path.join(out, 'latest.md')}, latest.json, latest.png ({elapsed_s:.0f} s)")
+    print(f"wrote {os.path.join(out, 'latest.md')}, latest.json{', latest.png' if cells else ''} ({elapsed_s:.0f} s)")
 
 
-def _targets(cells) -> list[str]:
+def _generation_lines(gen: dict) -> list[str]:
+    """The generation section: bench/generate.py's table (its header and rows) per model."""
+    g = _generate_module()
+    lines = [
+        "",
+        "**Generation**: transformers' `generate()` with `model.forward` compiled by each backend (airgraph with "
+        "`dynamic=True`, Inductor and OpenVINO with their defaults), bench/generate.py's workers: one process per "
+        f"(model, cache, batch, backend). Prompt {gen['prompt']}, {gen['new']} new tokens, greedy. First generate(): "
+        f"{gen['new']} tokens, every compile included. Prefill: a generate() of 1 token, median of {gen['repeats']}; "
+        f"decode: (generate() of {gen['new']} tokens - prefill) / {gen['new'] - 1}, medians of {gen['repeats']}, "
+        "ms per token. Floor: the bytes one decode step reads (every weight once, the KV cache at the middle length) "
+        f"over the copy bandwidth measured here, {gen['bandwidth_gbs']:.1f} GB/s (bytes read plus written). Tokens = "
+        "eager: every generate()'s greedy tokens equal eager's. A backend that failed in a cell shows its error "
+        "(the last line it printed) under notes. Other load: as in the ranking table, over all of a model's cells "
+        "(the workers' CPU time counted as the benchmark's own).",
+    ]
+    for m in gen["models"]:
+        ld = gen.get("load", {}).get(m)
+        ld = (f" Other load {ld['other_load']:.0%}, steal {ld['steal']:.0%}{' LOADED' if _loaded(ld) else ''}."
+              if ld else "")
+        lines += ["", f"Model `{m}`: {GEN_MODEL_TEXT.get(m, m)}.{ld}", "", g.TABLE_HEADER]
+        lines += [g._row(r) for r in gen["rows"] if r["model"] == m]
+    return lines
+
+
+def _generation_targets(gen: dict | None) -> list[dict]:
+    """The issue's generation targets, each met / missed / not evaluated with the figures it rests on."""
+    if not gen:
+        return []
+    rows = {(r["model"], r["cache"], r["batch"], r["backend"]): r for r in gen["rows"]}
+    cells = sorted({(r["model"], r["cache"], r["batch"]) for r in gen["rows"]},
+                   key=lambda k: (gen["models"].index(k[0]), k[1], k[2]))
+    out = []
+
+    def get(model, cache, batch, backend, key="decode_ms"):
+        r = rows.get((model, cache, batch, backend))
+        if r is None:
+            return None, "not measured"
+        if key not in r:
+            return None, f"{backend} failed"
+        return r[key], ""
+
+    def target(text, figures, problems, ok, absent):
+        if not figures and not problems:
+            status, detail = "not evaluated", absent
+        else:
+            status = "met" if ok and not problems else "missed"
+            detail = ", ".join(figures + problems)
+        out.append(dict(target=text, status=status, detail=detail))
+
+    def compare(text, model_filter, a_backend, b_backend, key, limit, fmt, absent):
+        """a / b per cell (a_backend's figure over b_backend's): met when every ratio passes `limit`."""
+        figures, problems, ok = [], [], True
+        for model, cache, batch in cells:
+            if not model_filter(model):
+                continue
+            if (model, cache, batch, a_backend) not in rows or (model, cache, batch, b_backend) not in rows:
+                continue
+            va, ea = get(model, cache, batch, a_backend, key)
+            vb, eb = get(model, cache, batch, b_backend, key)
+            name = f"{model} {cache} b{batch}"
+            if va is None or vb is None:
+                problems.append(f"{name} {ea or eb}")
+                continue
+            ratio = va / vb
+            ok &= limit(ratio)
+            figures.append(f"{name} {fmt(ratio)}")
+        target(text, figures, problems, ok, absent)
+
+    compare("decode at least 2.5x faster than eager on small (eager / airgraph, ms per token)",
+            lambda m: m == "small", "eager", "airgraph", "decode_ms", lambda x: x >= 2.5, lambda x: f"{x:.2f}x",
+            "small, eager or airgraph not measured")
+    for key, what in (("decode_ms", "decode"), ("prefill_ms", "prefill")):
+        compare(f"{what} faster than Inductor in every cell (Inductor / airgraph)", lambda m: True, "inductor",
+                "airgraph", key, lambda x: x > 1.0, lambda x: f"{x:.2f}x", "Inductor or airgraph not measured")
+    # dynamic within 10% of static: airgraph's decode, dynamic / static, per model and batch
+    figures, problems, ok = [], [], True
+    for model, cache, batch in cells:
+        if cache != "dynamic" or (model, "dynamic", batch, "airgraph") not in rows \
+                or (model, "static", batch, "airgraph") not in rows:
+            continue
+        vd, ed = get(model, "dynamic", batch, "airgraph")
+        vs, es = get(model, "static", batch, "airgraph")
+        name = f"{model} b{batch}"
+        if vd is None or vs is None:
+            problems.append(f"{name} {'dynamic' if vd is None else 'static'}: {ed or es}")
+            continue
+        ok &= vd / vs <= 1.10
+        figures.append(f"{name} {vd:.2f} / {vs:.2f} ms = {vd / vs:.2f}x")
+    target("dynamic cache within 10% of static (airgraph decode, dynamic / static <= 1.10)", figures, problems, ok,
+           "airgraph not measured with both caches")
+    # 0.5B decode within 1.3x of the memory-bandwidth floor
+    figures, problems, ok = [], [], True
+    for model, cache, batch in cells:
+        if model != "0.5b" or (model, cache, batch, "airgraph") not in rows:
+            continue
+        v, e = get(model, cache, batch, "airgraph")
+        name = f"0.5b {cache} b{batch}"
+        if v is None:
+            problems.append(f"{name} {e}")
+            continue
+        fl = rows[(model, cache, batch, "airgraph")]["floor_ms"]
+        ok &= v / fl <= 1.3
+        figures.append(f"{name} {v:.1f} / {fl:.1f} ms = {v / fl:.2f}x")
+    target("0.5B decode within 1.3x of the bandwidth floor (airgraph decode / floor)", figures, problems, ok,
+           "0.5b not measured")
+    return out
+
+
+def _targets(cells, gen=None) -> tuple[list[str], list[dict]]:
+    """The Targets section's lines, and the generation targets as dicts (for latest.json)."""
     summary = []
     pairs = [c for c in cells if "airgraph_vs_inductor" in c]
     if pairs:
@@ -758,10 +978,18 @@ def _targets(cells) -> list[str]:
         summary.append(f"- peak RSS above eager's: {', '.join(mem) or 'none'}")
     loaded = [f"{c['model']} b{c['batch']} (other processes {c['other_load']:.0%}, steal {c['steal']:.0%})"
               for c in cells if _loaded(c)]
+    loaded += [f"generation {m} (other processes {ld['other_load']:.0%}, steal {ld['steal']:.0%})"
+               for m, ld in (gen or {}).get("load", {}).items() if _loaded(ld)]
+    gen_targets = _generation_targets(gen)
+    if gen_targets:
+        summary.append(f"- generation (medians of {gen['repeats']} generate() calls per figure, one process per cell, "
+                       "no paired rounds: a difference within the VM's 10-20% drift is not a clear one):")
+        for t in gen_targets:
+            summary.append(f"  - {t['target']}: **{t['status']}**" + (f": {t['detail']}" if t["detail"] else ""))
     if loaded:
         summary.append(f"- measured while other processes or the hypervisor took over {LOADED:.0%} of the machine "
                        f"(figures unreliable, run again on a quiet machine): {', '.join(loaded)}")
-    return ["", "**Targets:**", ""] + summary if summary else []
+    return (["", "**Targets:**", ""] + summary if summary else []), gen_targets
 
 
 def _chart(cells, out):

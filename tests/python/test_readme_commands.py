@@ -8,7 +8,8 @@ inherited when a developer set them), never in this test process.
 - the README's first Python block, as written there;
 - the Debugging section's command lines (data dumps, then `python -m airgraph.debug
   compare`), as written there;
-- bench/run.py in its tiny configuration and bench/zoo_report.py on one small model.
+- bench/run.py in its tiny configuration (its generation section included) and bench/zoo_report.py on
+  one small model.
 """
 import json
 import os
@@ -229,7 +230,7 @@ def test_bench_tiny(tmp_path):
     committed = ROOT / "bench" / "results" / "latest.md"
     before = committed.stat().st_mtime if committed.exists() else None
     out_dir = tmp_path / "bench"
-    out = _ok(_python(["bench/run.py", "--tiny", "--out", out_dir], timeout=600))
+    out = _ok(_python(["bench/run.py", "--tiny", "--out", out_dir], timeout=900))
     rows = {}
     for line in out.splitlines():
         m = re.match(r"\| minilm \| 1 \| (\w+) \| ([0-9.]+) \| ([0-9.]+)-([0-9.]+) \|", line)
@@ -250,6 +251,28 @@ def test_bench_tiny(tmp_path):
     assert len(t["eager"]) == len(t["airgraph"]) == cell["rounds"]  # paired: one call of each per round
     ag = cell["backends"]["airgraph"]
     assert ag["max_diff"] < 1e-3 and ag["cold_compile_s"] > 0 and ag["peak_rss_mb"] > 0, ag
+    # the generation section (bench/generate.py's cells): under --tiny the small decoder, both caches, batch 1
+    assert "**Generation**" in md and "Model `small`" in md, md
+    for cache in ("dynamic", "static"):
+        for b in ("eager", "airgraph"):
+            # first generate(), prefill, decode and floor as numbers; tokens equal eager's
+            assert re.search(rf"^\| {cache} \| 1 \| {b} \| \d+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| yes \|", md, re.M), md
+    gen = data["generation"]
+    assert gen["models"] == ["small"] and gen["bandwidth_gbs"] > 0, gen
+    rows = {(r["cache"], r["backend"]): r for r in gen["rows"]}
+    assert set(rows) == {(c, b) for c in ("dynamic", "static") for b in ("eager", "airgraph")}, rows
+    for r in rows.values():
+        assert r["decode_ms"] > 0 and r["prefill_ms"] > 0 and r["floor_ms"] > 0 and r["equal"], r
+        assert "tokens" not in r  # only their comparison with eager's is kept
+    assert rows[("dynamic", "airgraph")]["fallback_nodes"] == 0, rows
+    # the generation targets: evaluated from these cells, or "not evaluated" (no Inductor, no 0.5b here)
+    status = {t["target"].split(" (")[0]: t["status"] for t in gen["targets"]}
+    assert status["decode at least 2.5x faster than eager on small"] in ("met", "missed"), status
+    assert status["dynamic cache within 10% of static"] in ("met", "missed"), status
+    assert status["decode faster than Inductor in every cell"] == "not evaluated", status
+    assert status["0.5B decode within 1.3x of the bandwidth floor"] == "not evaluated", status
+    assert re.search(r"decode at least 2\.5x faster than eager on small .*: \*\*(met|missed)\*\*: "
+                     r"small dynamic b1 [\d.]+x", md), md
     assert (committed.stat().st_mtime if committed.exists() else None) == before
 
 
