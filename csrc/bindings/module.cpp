@@ -19,6 +19,7 @@
 #include "bindings/tensor_ptr.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
+#include "ir/serialize.h"
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
@@ -365,6 +366,14 @@ NB_MODULE(_C, m) {
              return p;
            },
            nb::rv_policy::take_ownership)
+      .def("save",  // the airgraph file's bytes (ir/serialize.h)
+           [](PyGraph& g, bool inline_constants, const std::string& producer, const std::string& metadata,
+              const std::vector<std::string>& by_name) {
+             std::string b = save_graph(*g.g, SaveOptions{inline_constants, producer, metadata, by_name});
+             return nb::bytes(b.data(), b.size());
+           },
+           nb::arg("inline_constants") = true, nb::arg("producer") = "", nb::arg("metadata") = "",
+           nb::arg("by_name") = std::vector<std::string>{})
       .def("clone",  // a symbolic copy for the passes to run on (instantiate serves the result)
            [](PyGraph& g) {
              auto p = new PyGraph();
@@ -585,4 +594,45 @@ NB_MODULE(_C, m) {
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
   m.def("pass_names", &pass_names);
+  // An airgraph file (ir/serialize.h): the graph, its producer and its metadata text. From a path
+  // the file is mapped and its constants stay in the mapping; from bytes, constants written by
+  // name come from resolve(name, dtype, shape) -> a contiguous array (or None: an error).
+  m.def(
+      "load_graph_file",
+      [](const std::string& path, bool verify_data) {
+        LoadedGraph l;
+        {
+          nb::gil_scoped_release nogil;
+          l = load_graph_file(path, nullptr, verify_data);
+        }
+        auto p = new PyGraph();
+        p->g = std::move(l.graph);
+        return nb::make_tuple(nb::cast(p, nb::rv_policy::take_ownership), l.producer, l.metadata);
+      },
+      nb::arg("path"), nb::arg("verify_data") = true);
+  m.def(
+      "load_graph_bytes",
+      [](nb::bytes data, nb::object resolve) {
+        ConstResolver r = [&](const std::string& name, const TensorType& t) -> std::shared_ptr<Storage> {
+          if (resolve.is_none()) return nullptr;
+          nb::object o = resolve(name, dtype_name(t.dtype), t.shape());
+          if (o.is_none()) return nullptr;
+          Arr a = nb::cast<Arr>(o);
+          AG_CHECK(is_contiguous(a) && dtype_of(a.dtype()) == t.dtype && shape_of(a) == t.shape(), "constant '",
+                   name, "' must be a contiguous ", t.str());
+          auto s = std::make_shared<Storage>();
+          s->data = a.data();
+          s->nbytes = t.nbytes();
+          s->owner = std::shared_ptr<void>(new nb::object(o), [](void* p) {
+            nb::gil_scoped_acquire gil;
+            delete static_cast<nb::object*>(p);
+          });
+          return s;
+        };
+        LoadedGraph l = load_graph(data.c_str(), data.size(), nullptr, r);
+        auto p = new PyGraph();
+        p->g = std::move(l.graph);
+        return nb::make_tuple(nb::cast(p, nb::rv_policy::take_ownership), l.producer, l.metadata);
+      },
+      nb::arg("data"), nb::arg("resolve") = nb::none());
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <unordered_set>
 
 #include "ir/error.h"
 #include "ir/op_registry.h"
@@ -255,17 +256,19 @@ std::string GraphFile::save(const Graph& g, const SaveOptions& opt) {
   for (const Value* v : g.inputs_) live[v->id] = 1;
   for (const auto& n : g.nodes_)
     for (const Value* o : n->outputs) live[o->id] = 1;
+  std::unordered_set<std::string> by_name(opt.by_name.begin(), opt.by_name.end());
   w.count(g.values_.size());
   for (const auto& v : g.values_) {
+    const bool inline_data = opt.inline_constants && !by_name.count(v->name);
     if (v->kind == ValueKind::Const) {
-      w.put<uint8_t>(opt.inline_constants ? kConstInline : kConstByName);
+      w.put<uint8_t>(inline_data ? kConstInline : kConstByName);
     } else {
       w.put<uint8_t>(!live[v->id] ? kUnused : v->kind == ValueKind::Input ? kInput : kNodeOutput);
       if (!live[v->id]) continue;
     }
     w.str(v->name);
     w.type(v->type);
-    if (v->kind == ValueKind::Const && opt.inline_constants) {
+    if (v->kind == ValueKind::Const && inline_data) {
       const size_t nbytes = v->type.nbytes();
       AG_CHECK(v->storage && v->storage->data && v->storage->nbytes >= nbytes, "constant %", v->name,
                " has no data to save");

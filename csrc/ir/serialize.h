@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -39,6 +40,9 @@ struct SaveOptions {
   bool inline_constants = true;
   std::string producer;  // who wrote it ("airgraph 0.4.0"), shown in errors
   std::string metadata;  // the caller's text (the Python front: how to feed the graph), checksummed
+  // constants written by name even when inline_constants is true (a model's parameters in the compile
+  // cache, while tensors the traced code created stay in the file)
+  std::vector<std::string> by_name;
 };
 
 // The file's bytes.
