@@ -19,6 +19,7 @@
 #include "bindings/tensor_ptr.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
+#include "kernels/attention.h"
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
@@ -585,4 +586,5 @@ NB_MODULE(_C, m) {
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
   m.def("pass_names", &pass_names);
+  m.def("sdpa_kv_split_runs", &sdpa_kv_split_runs);  // tests: attention runs that split the keys
 }
