@@ -20,6 +20,7 @@
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "ir/serialize.h"
+#include "kernels/attention.h"
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
@@ -635,4 +636,5 @@ NB_MODULE(_C, m) {
         return nb::make_tuple(nb::cast(p, nb::rv_policy::take_ownership), l.producer, l.metadata);
       },
       nb::arg("data"), nb::arg("resolve") = nb::none());
+  m.def("sdpa_kv_split_runs", &sdpa_kv_split_runs);  // tests: attention runs that split the keys
 }

@@ -17,11 +17,20 @@
 // it under kScoreBudget floats. A head whose own scores would exceed the budget
 // (very long sequences), and a decode step (at most kFewRows query rows per key
 // head: G * L small), run a row kernel instead: per query row, dot products,
-// softmax and the weighted sum of value rows. For a decode step it is as fast
+// the exponentials against the row's max and the weighted sum of value rows,
+// divided by the exponentials' sum at the end. For a decode step it is as fast
 // as the GEMMs and builds no oneDNN primitive, so a new KV length costs nothing.
+// When the query rows are too few to keep the threads busy (fewer than 2 per
+// thread) and the keys are many, the row kernel splits each row's key range
+// (split-KV, "flash-decoding"; sdpa_kv_splits decides per call from the rows,
+// the thread count and S): each (row, range) item leaves its max, its sum of
+// exponentials and its unnormalized weighted sum in the run's scratch, and a
+// combine pass rescales them to the row's overall max (log-sum-exp) and divides.
+#include <atomic>
 #include <cmath>
 #include <limits>
 
+#include "kernels/attention.h"
 #include "kernels/common.h"
 #include "kernels/onednn_util.h"
 #include "kernels/reduce_util.h"
@@ -57,6 +66,7 @@ std::vector<TensorType> infer_sdpa(const std::vector<TensorType>& in, const Attr
 
 constexpr int64_t kScoreBudget = int64_t(1) << 22;  // floats (16 MiB) of scores per chunk
 constexpr int64_t kFewRows = 4;  // query rows per key head up to which the row kernel runs
+std::atomic<int64_t> g_split_runs{0};  // sdpa_kv_split_runs()
 
 using dnnl_util::Exec;
 
@@ -85,10 +95,13 @@ class SdpaKernel final : public Kernel {
       const int64_t rest = (B_ * Hk_) % chunk_;
       if (rest) make_gemms(rest, rest_);
     }
-    nblk_ = (L_ + kRows - 1) / kRows;
-    slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads()});
-    per_slot_ = S_ + E_ + Ev_;
-    n_scores_ = gemm_ ? static_cast<size_t>(chunk_ * G_ * L_ * S_) : static_cast<size_t>(std::max(slots_, 1) * per_slot_);
+    slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads(), 1});
+    // row kernel: a score row per thread slot, then the split partials for up
+    // to slots_ threads (more threads split no less: sdpa_kv_splits grows with them)
+    const int64_t rows = B_ * H_ * L_;
+    max_splits_ = gemm_ ? 1 : sdpa_kv_splits(rows, slots_, S_);
+    n_scores_ = static_cast<size_t>(gemm_ ? chunk_ * G_ * L_ * S_
+                                          : slots_ * S_ + (max_splits_ > 1 ? rows * max_splits_ * (Ev_ + 2) : 0));
     const int64_t nq = B_ * H_ * L_ * E_, nk = B_ * Hk_ * S_ * E_, nv = B_ * Hk_ * S_ * Ev_, no = B_ * H_ * L_ * Ev_;
     const size_t floats = n_scores_ + (t_ == DType::f32 ? 0 : static_cast<size_t>(nq + nk + nv + no));
     floats_off_ = scratch_.add(floats * sizeof(float));
@@ -143,8 +156,6 @@ class SdpaKernel final : public Kernel {
   }
 
  private:
-  static constexpr int64_t kRows = 16;
-
   struct Gemms {
     Exec qk, pv;
   };
@@ -204,15 +215,15 @@ class SdpaKernel final : public Kernel {
     }
   }
 
-  // p[0..S) <- softmax(p * scale + mask) over keys [0, lim), 0 beyond (causal);
-  // a row whose keys are all masked becomes 0 (so its output row is 0).
+  // p[j] <- p[j] * scale + mask[j] (-inf where a bool mask drops key j) for
+  // j in [0, n); returns the max (-inf when every key is masked).
   template <typename M>
-  void softmax_row(float* p, const M* mrow, int64_t lim) const {
+  float scale_mask_max(float* p, const M* mrow, int64_t n) const {
     constexpr float ninf = -std::numeric_limits<float>::infinity();
     float mx = ninf;
     if (mrow) {
       const int64_t ms = mstr_[3];
-      for (int64_t j = 0; j < lim; ++j) {
+      for (int64_t j = 0; j < n; ++j) {
         float s = p[j] * scale_;
         if constexpr (std::is_same_v<M, bool>) {
           if (!mrow[j * ms]) s = ninf;
@@ -224,87 +235,149 @@ class SdpaKernel final : public Kernel {
       }
     } else {
 #pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < lim; ++j) {
+      for (int64_t j = 0; j < n; ++j) {
         p[j] *= scale_;
         mx = std::max(mx, p[j]);
       }
     }
-    for (int64_t j = lim; j < S_; ++j) p[j] = 0.f;
-    if (mx == ninf) {
-      for (int64_t j = 0; j < lim; ++j) p[j] = 0.f;
-      return;
-    }
+    return mx;
+  }
+
+  // p[j] <- exp(p[j] - mx) for j in [0, n) (mx finite); returns their sum.
+  static float exp_sum(float* p, int64_t n, float mx) {
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < lim; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       float e = vexp(p[j] - mx);
       p[j] = e;
       sum += e;
     }
-    const float inv = 1.f / sum;
+    return sum;
+  }
+
+  // p[0..S) <- softmax(p * scale + mask) over keys [0, lim), 0 beyond (causal);
+  // a row whose keys are all masked becomes 0 (so its output row is 0).
+  template <typename M>
+  void softmax_row(float* p, const M* mrow, int64_t lim) const {
+    const float mx = scale_mask_max(p, mrow, lim);
+    std::fill(p + lim, p + S_, 0.f);
+    if (mx == -std::numeric_limits<float>::infinity()) {
+      std::fill(p, p + lim, 0.f);
+      return;
+    }
+    const float inv = 1.f / exp_sum(p, lim, mx);
 #pragma omp simd
     for (int64_t j = 0; j < lim; ++j) p[j] *= inv;
   }
 
-  // Row kernel for heads whose scores exceed the GEMM path's budget.
+  // One query row qf against keys [j0, j1) of its key head (Kh, Vh; mrow: the
+  // row's mask at key j0, or null), with sc for j1 - j0 scores: acc[0, Ev) <-
+  // sum_j exp(s_j - m) v_j; returns {m, l}: the range's max score and
+  // sum_j exp(s_j - m). m = -inf, l = 0 and acc = 0 when every key is masked.
+  template <typename M>
+  std::pair<float, float> row_range(const float* qf, const float* Kh, const float* Vh, const M* mrow, int64_t j0,
+                                    int64_t j1, float* sc, float* acc) const {
+    const int64_t n = j1 - j0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kr = Kh + (j0 + j) * E_;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t e = 0; e < E_; ++e) s += qf[e] * kr[e];
+      sc[j] = s;
+    }
+    const float mx = scale_mask_max(sc, mrow, n);
+    std::fill(acc, acc + Ev_, 0.f);
+    if (mx == -std::numeric_limits<float>::infinity()) return {mx, 0.f};
+    const float l = exp_sum(sc, n, mx);
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = sc[j];
+      if (p == 0.f) continue;
+      const float* vr = Vh + (j0 + j) * Ev_;
+#pragma omp simd
+      for (int64_t e = 0; e < Ev_; ++e) acc[e] += p * vr[e];
+    }
+    return {mx, l};
+  }
+
+  // Row kernel: parallel over query rows, or over (row, key range) items when
+  // sdpa_kv_splits cuts each row's keys into ns ranges; their partials
+  // {m, l, acc[Ev]} then combine per row: o = sum_c e^(m_c - m) acc_c /
+  // sum_c e^(m_c - m) l_c with m = max_c m_c (0 when every m_c is -inf).
   template <typename M>
   void run_rows(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scratch) const {
-    const int64_t work = B_ * H_ * nblk_;
-    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * S_ * (E_ + Ev_)));
-    parallel_for(work, grain, [&](int64_t wb, int64_t we) {
+    const int64_t rows = B_ * H_ * L_, pw = Ev_ + 2;
+    const int64_t ns = sdpa_kv_splits(rows, num_threads(), S_), span = (S_ + ns - 1) / ns;
+    // more threads than slots (than the machine's processors) may need more
+    // partials than the scratch holds: those, like their score rows, go on the heap
+    std::vector<float> heap;
+    float* parts = scratch + static_cast<size_t>(slots_) * S_;
+    if (ns > max_splits_) {
+      heap.resize(rows * ns * pw);
+      parts = heap.data();
+    }
+    // a split range is kSdpaMinSplit keys or more: one item is worth a thread
+    const int64_t grain = ns > 1 ? 1 : std::max<int64_t>(1, 65536 / std::max<int64_t>(1, S_ * (E_ + Ev_)));
+    parallel_for(rows * ns, grain, [&](int64_t wb, int64_t we) {
       int tid = omp_get_thread_num();
       std::vector<float> local;
-      float* buf;
+      float* sc;
       if (tid < slots_) {
-        buf = scratch + static_cast<size_t>(tid) * per_slot_;
+        sc = scratch + static_cast<size_t>(tid) * S_;
       } else {
-        local.resize(per_slot_);
-        buf = local.data();
+        local.resize(S_);
+        sc = local.data();
       }
-      float* sc = buf;
-      float* acc = sc + S_;
       for (int64_t w = wb; w < we; ++w) {
-        const int64_t blk = w % nblk_, bh = w / nblk_, b = bh / H_, h = bh % H_;
-        const float* Kh = K + (b * Hk_ + h / G_) * S_ * E_;
-        const float* Vh = V + (b * Hk_ + h / G_) * S_ * Ev_;
-        const int64_t i0 = blk * kRows, i1 = std::min(L_, i0 + kRows);
-        for (int64_t i = i0; i < i1; ++i) {
-          const float* qf = Q + ((b * H_ + h) * L_ + i) * E_;
-          float* orow = O + ((b * H_ + h) * L_ + i) * Ev_;
-          const int64_t lim = causal_ ? std::min(S_, i + 1) : S_;
-          for (int64_t j = 0; j < lim; ++j) {
-            const float* kr = Kh + j * E_;
-            float s = 0.f;
-#pragma omp simd reduction(+ : s)
-            for (int64_t e = 0; e < E_; ++e) s += qf[e] * kr[e];
-            sc[j] = s;
-          }
-          const M* mrow = nullptr;
-          if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2];
-          softmax_row(sc, mrow, lim);
-          for (int64_t e = 0; e < Ev_; ++e) acc[e] = 0.f;
-          for (int64_t j = 0; j < lim; ++j) {
-            const float p = sc[j];
-            if (p == 0.f) continue;
-            const float* vr = Vh + j * Ev_;
+        const int64_t r = w / ns, c = w % ns, i = r % L_, b = r / L_ / H_, h = r / L_ % H_;
+        const int64_t lim = causal_ ? std::min(S_, i + 1) : S_;
+        const int64_t j0 = std::min(lim, c * span), j1 = std::min(lim, j0 + span);
+        const M* mrow = nullptr;
+        if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] + j0 * mstr_[3];
+        const int64_t kh = b * Hk_ + h / G_;
+        float *orow = O + r * Ev_, *part = parts + w * pw;
+        const auto [m, l] =
+            row_range(Q + r * E_, K + kh * S_ * E_, V + kh * S_ * Ev_, mrow, j0, j1, sc, ns > 1 ? part + 2 : orow);
+        if (ns > 1) {
+          part[0] = m, part[1] = l;
+        } else {  // the whole row: divide by the sum now
+          const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma omp simd
-            for (int64_t e = 0; e < Ev_; ++e) acc[e] += p * vr[e];
-          }
-          for (int64_t e = 0; e < Ev_; ++e) orow[e] = acc[e];
+          for (int64_t e = 0; e < Ev_; ++e) orow[e] *= inv;
         }
       }
     });
+    if (ns == 1) return;
+    g_split_runs.fetch_add(1, std::memory_order_relaxed);
+    for (int64_t r = 0; r < rows; ++r) {  // combine: rows * ns * Ev flops, serial
+      const float* pr = parts + r * ns * pw;
+      float* orow = O + r * Ev_;
+      float mx = -std::numeric_limits<float>::infinity(), l = 0.f;
+      for (int64_t c = 0; c < ns; ++c) mx = std::max(mx, pr[c * pw]);
+      std::fill(orow, orow + Ev_, 0.f);
+      if (mx == -std::numeric_limits<float>::infinity()) continue;
+      for (int64_t c = 0; c < ns; ++c) {
+        const float* pc = pr + c * pw;
+        if (pc[1] == 0.f) continue;  // every key of the range masked (m = -inf)
+        const float f = std::exp(pc[0] - mx);
+        l += f * pc[1];
+#pragma omp simd
+        for (int64_t e = 0; e < Ev_; ++e) orow[e] += f * pc[2 + e];
+      }
+      const float inv = 1.f / l;
+#pragma omp simd
+      for (int64_t e = 0; e < Ev_; ++e) orow[e] *= inv;
+    }
   }
 
   DType t_, mask_t_ = DType::b8;
-  int64_t B_, H_, L_, E_, Hk_, S_, Ev_, G_, nblk_, chunk_ = 1;
+  int64_t B_, H_, L_, E_, Hk_, S_, Ev_, G_, chunk_ = 1;
   float scale_;
   bool causal_, has_mask_, gemm_ = false;
   Shape mstr_;
   Gemms full_, rest_;
-  int slots_;
-  int64_t per_slot_;
-  size_t n_scores_ = 0;  // score floats per chunk (gemm) or per thread slots (rows)
+  int slots_;  // row kernel: thread slots with a score row each in the scratch
+  int64_t max_splits_ = 1;  // row kernel: key splits the scratch has partials for
+  size_t n_scores_ = 0;  // score floats per chunk (gemm), or per thread slots and split partials (rows)
   ScratchLayout scratch_;  // per run: scores, then the f32 copies of 16-bit inputs; the GEMMs' scratchpad
   size_t floats_off_ = 0, pad_off_ = 0;
 };
@@ -312,6 +385,13 @@ class SdpaKernel final : public Kernel {
 std::unique_ptr<Kernel> make_sdpa(const Node& n) { return std::make_unique<SdpaKernel>(n); }
 
 }  // namespace
+
+int64_t sdpa_kv_splits(int64_t rows, int nt, int64_t S) {
+  if (nt < 2 || rows < 1 || rows >= 2 * int64_t{nt}) return 1;
+  return std::max<int64_t>(1, std::min((2 * int64_t{nt} + rows - 1) / rows, S / kSdpaMinSplit));
+}
+
+int64_t sdpa_kv_split_runs() { return g_split_runs.load(std::memory_order_relaxed); }
 
 AG_REGISTER_OP(sdpa, {.name = "sdpa", .min_inputs = 3, .max_inputs = 4, .infer = infer_sdpa,
                       .make_kernel = make_sdpa, .props = kNoProps});

@@ -122,6 +122,38 @@ def test_sdpa_decode_step_row_kernel(dtype, L, Hk):
     check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), q, k, v)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("S", [1000, 3000])
+@pytest.mark.parametrize("H,Hk,L,threads",
+                         [(8, 2, 1, 5), (4, 2, 2, 5), (2, 2, 1, 2), (2, 2, 2, 3), (1, 1, 1, 2), (1, 1, 1, 4)])
+def test_sdpa_decode_split_kv(dtype, S, H, Hk, L, threads):
+    """A decode step with fewer query rows (B * H * L) than 2 per thread and a long cache: the row
+    kernel splits each row's keys into ranges of 256 or more (split-KV) and combines their partial
+    softmax sums. GQA or not, a bool mask per head (one head sees no key, one only the last keys:
+    whole ranges masked), an additive float mask broadcast from [L, S], causality (top-left: all
+    but the first range empty). More threads than the machine's processors (slots in the scratch)
+    put the partials on the heap; fewer use the scratch."""
+    from airgraph._core import C
+
+    torch.manual_seed(0)
+    E = 64
+    q, k, v = r(1, H, L, E, dtype=dtype), r(1, Hk, S, E, dtype=dtype), r(1, Hk, S, E, dtype=dtype)
+    keep = torch.rand(1, H, L, S) > 0.3
+    keep[:, 0] = False  # a fully masked row gives 0
+    keep[:, -1, :, :-100] = False  # only the last range sees keys
+    add = torch.randn(L, S, dtype=dtype)
+    gqa = dict(enable_gqa=True) if Hk != H else {}
+    for fn, extra in [(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **gqa), ()),
+                      (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, **gqa), (keep,)),
+                      (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, **gqa), (add,)),
+                      (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), ())]:
+        runs = C.sdpa_kv_split_runs()
+        got = check(fn, q, k, v, *extra, num_threads=threads)
+        assert C.sdpa_kv_split_runs() > runs, "the split path did not run"
+        if extra and extra[0] is keep:
+            assert (got[:, 0] == 0).all()
+
+
 def _repeat_kv(x, n_rep):
     """transformers' repeat_kv: [B, Hk, S, E] -> [B, Hk * n_rep, S, E]."""
     B, Hk, S, E = x.shape

@@ -1,0 +1,21 @@
+// The attention kernel's split-KV decision, and a count of its split runs, for
+// tests (the kernel itself registers as op "sdpa"; see attention.cpp).
+#pragma once
+#include <cstdint>
+
+namespace ag {
+
+// Keys per split, at least, when the row kernel splits a row's key range.
+inline constexpr int64_t kSdpaMinSplit = 256;
+
+// Split-KV ("flash-decoding") for the row kernel: into how many key ranges each
+// of `rows` query rows is cut, for nt threads and S keys. Rows alone keep the
+// threads busy from 2 per thread; fewer are cut so that there are about 2
+// (row, range) items per thread, each range at least kSdpaMinSplit keys.
+// 1 = no split.
+int64_t sdpa_kv_splits(int64_t rows, int nt, int64_t S);
+
+// How many runs took the split path so far (process-wide; tests read it).
+int64_t sdpa_kv_split_runs();
+
+}  // namespace ag
