@@ -1,0 +1,294 @@
+"""Offline export: run a model without Dynamo, AOTAutograd or tracing in the serving process.
+
+    airgraph.export(model, example_inputs, "model.agraph", dynamic_shapes=...)
+    m = airgraph.load("model.agraph")      # a callable, in any process: no tracing
+    out = m(*inputs)
+
+`export` traces the model with torch.export (symbolic sizes where `dynamic_shapes` asks for them),
+decomposes it with airgraph's table, lowers the ATen graph into the engine's IR (symbolic graphs
+lowered once for every size) and writes one airgraph file (csrc/ir/serialize.h: versioned header,
+metadata, CRC-32C checksums) holding the lowered graph, the weights (64-byte aligned, so that a
+mapped file serves them with no copy) and a JSON text of how to call it. Before writing, the
+exported graph is run on the example inputs and compared with the model: an export that would
+give another answer is refused.
+
+`load` maps the file (its weights stay in the mapping), checks every checksum, runs the passes and
+builds the engine program for the sizes of each call (one per size binding, kept like a
+torch.compile'd symbolic graph's). The same file runs in C++ with `airgraph-run` (no Python, no
+libtorch).
+
+Limits: every ATen node must run on the engine (no PyTorch fallback inside an exported graph);
+exported programs that mutate buffers are refused; outputs come back as torch.export flattened
+them, rebuilt into the model's structure where torch's pytree can serialize it.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import torch
+
+from ._core import C, EngineError
+from .compiler import (CompileReport, EngineGraph, Lowered, ShapeSpec, SymbolicEngineGraph, graph_symbols,
+                       hint_sizes, lower_graph, node_support, source_line, target_name)
+from .config import CompilerConfig
+from .decompositions import decomposition_table
+from .lowering import Unsupported, bound_sizes
+
+FORMAT = "airgraph-export"
+FORMAT_VERSION = 1
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _input_constants(ep) -> tuple[dict[int, torch.Tensor], list[int]]:
+    """Placeholder position -> parameter/buffer/constant tensor, and the user inputs' positions."""
+    from torch.export.graph_signature import InputKind
+
+    consts, user = {}, []
+    named = dict(ep.named_buffers())
+    named.update(dict(ep.named_parameters()))
+    for i, spec in enumerate(ep.graph_signature.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            user.append(i)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            t = named.get(spec.target)
+            if t is None:
+                t = ep.constants.get(spec.target)
+            if not isinstance(t, torch.Tensor):
+                raise Unsupported(f"input {spec.arg.name} ({spec.kind.name}) has no tensor")
+            consts[i] = t.detach()
+        else:
+            raise Unsupported(f"input {spec.arg.name} is a {spec.kind.name}, which airgraph.export does not take")
+    return consts, user
+
+
+def _drop_runtime_asserts(gm):
+    """torch.export's checks of the inputs' metadata and of size ranges (nodes with no result): the
+    loaded model checks every input's dtype and sizes itself, and a symbolic size's range is the
+    engine's check at each new binding."""
+    asserts = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._assert_scalar.default,
+               torch.ops.aten.sym_constrain_range_for_size.default}
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target in asserts and not n.users:
+            gm.graph.erase_node(n)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _out_structure(spec) -> dict:
+    """How the model's outputs are nested: a single tensor, a flat tuple or list (rebuilt without
+    pytree on each call), or torch's serialized pytree spec (None when torch cannot serialize it:
+    the outputs come back as a flat tuple)."""
+    if spec.is_leaf():
+        return {"kind": "leaf"}
+    if spec.type in (tuple, list) and all(c.is_leaf() for c in spec.children_specs):
+        return {"kind": spec.type.__name__}
+    try:
+        import warnings
+
+        from torch.utils._pytree import treespec_dumps
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return {"kind": "pytree", "spec": treespec_dumps(spec)}
+    except Exception:
+        return {"kind": "tuple"}
+
+
+def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs: dict | None = None,
+           config: CompilerConfig | None = None, strict: bool = False, atol: float = 1e-4,
+           rtol: float = 1e-4) -> dict:
+    """Exports `model` called as model(*example_inputs, **example_kwargs) to the airgraph file
+    `path`; returns the metadata written. `dynamic_shapes` is torch.export's (torch.export.Dim per
+    dim). The loaded model takes the same positional and keyword arguments (tensors)."""
+    config = config or CompilerConfig()
+    example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
+    with torch.no_grad():
+        ep = torch.export.export(model, example_inputs, kwargs=example_kwargs, dynamic_shapes=dynamic_shapes,
+                                 strict=strict)
+        ep = ep.run_decompositions(decomposition_table())
+        want = ep.module()(*example_inputs, **example_kwargs)
+    from torch.export.graph_signature import OutputKind
+
+    kinds = {s.kind for s in ep.graph_signature.output_specs}
+    if kinds - {OutputKind.USER_OUTPUT}:
+        raise Unsupported(f"the exported program has outputs of kinds {sorted(k.name for k in kinds)}; airgraph.export "
+                          "takes programs whose only outputs are the user's (no buffer mutations)")
+    gm = ep.graph_module
+    _drop_runtime_asserts(gm)
+    consts, user = _input_constants(ep)
+    with bound_sizes(hint_sizes(gm)) if graph_symbols(gm) else contextlib.nullcontext():
+        # (a symbolic graph's support is decided at the traced sizes, as torch.compile's is)
+        bad = [(n, why) for n in gm.graph.nodes if n.op == "call_function" for ok, why in [node_support(n)] if not ok]
+    if bad:
+        lines = [f"  {n.name} ({target_name(n)}): {why}\n    at {source_line(n)}" for n, why in bad[:10]]
+        raise Unsupported(f"{len(bad)} node(s) cannot run on the engine, and an exported graph has no PyTorch "
+                          "fallback:\n" + "\n".join(lines))
+    report = CompileReport()
+    symbols, getters = [], []
+    if graph_symbols(gm):
+        seg = SymbolicEngineGraph(gm, consts, CompilerConfig(lower_once=True), report, ShapeSpec())
+        if seg.template is None:
+            raise Unsupported(f"the graph's symbolic sizes cannot be lowered once for every size: "
+                              f"{seg.template_reason}")
+        low = seg.template
+        symbols, getters = [str(s) for s in seg.symbols], [list(g) for g in seg.getters]
+    else:
+        low = lower_graph(gm, consts)
+    pos = {p: k for k, p in enumerate(user)}
+    for p in low.input_positions:
+        if p not in pos:
+            raise Unsupported(f"graph input {p} is neither a user input nor a constant")
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    meta = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "airgraph": _version(), "torch": torch.__version__,
+        "num_user_inputs": len(user),
+        "args": len(example_inputs), "kwargs": list(example_kwargs),  # user inputs: args, then kwargs by name
+        # engine input j reads user argument inputs[j]["arg"]
+        "inputs": [{"arg": pos[p], "name": phs[p].name, "dtype": str(phs[p].meta["val"].dtype).replace("torch.", ""),
+                    "shape": [d if isinstance(d, int) else str(d) for d in phs[p].meta["val"].shape],
+                    "scalar": p in low.scalar_inputs}
+                   for p in low.input_positions],
+        "symbols": symbols,
+        # symbol k = user argument getters[k][0] (its dim getters[k][1], or the number itself when -1)
+        "getters": [[pos[i], d] for i, d in getters],
+        "num_outputs": low.num_outputs,
+        "outputs": _out_structure(ep.call_spec.out_spec),
+    }
+    data = low.g.save(True, f"airgraph {_version()}", json.dumps(meta))
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".airgraph-export-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        # the file must give the model's answer before it replaces anything at `path`
+        got = LoadedModel(tmp, config)(*example_inputs, **example_kwargs)
+        _compare(got, want, atol, rtol)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return meta
+
+
+def _compare(got, want, atol, rtol):
+    from torch.utils._pytree import tree_leaves
+
+    g, w = tree_leaves(got), tree_leaves(want)
+    if len(g) != len(w):
+        raise EngineError(f"export check: the exported graph gives {len(g)} outputs, the model {len(w)}")
+    for i, (a, b) in enumerate(zip(g, w)):
+        if isinstance(b, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype or not torch.allclose(a, b, atol=atol, rtol=rtol,
+                                                                               equal_nan=True):
+                diff = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else float("nan")
+                raise EngineError(f"export check: output {i} differs from the model's: {a.dtype}{list(a.shape)} vs "
+                                  f"{b.dtype}{list(b.shape)}, max abs difference {diff}")
+
+
+def _stub_gm():
+    """The FX graph an EngineGraph keeps for dumps and input writes: an empty one for a loaded file."""
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    gm.meta = {}
+    return gm
+
+
+class LoadedModel:
+    """A model loaded from an airgraph file: call it like the model (positional arguments)."""
+
+    def __init__(self, path: str, config: CompilerConfig | None = None):
+        self.path = path
+        self.config = config or CompilerConfig()
+        g, producer, text = C.load_graph_file(os.fspath(path))
+        try:
+            meta = json.loads(text)
+        except ValueError:
+            raise EngineError(f"{path}: the metadata is not JSON (written by {producer!r})") from None
+        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+            raise EngineError(f"{path}: not an airgraph export of format {FORMAT} v{FORMAT_VERSION} "
+                              f"(it says {meta.get('format')} v{meta.get('format_version')}, written by {producer})")
+        self.meta, self.producer, self.graph = meta, producer, g
+        self.num_inputs = meta["num_user_inputs"]
+        ins = meta["inputs"]
+        self.lowered = Lowered(g, [i["arg"] for i in ins],
+                               {i["arg"]: getattr(torch, i["dtype"]) for i in ins if i["scalar"]},
+                               meta["num_outputs"], {})
+        self.symbols = meta["symbols"]
+        self._getters = meta["getters"]
+        self._rebuild = self._out_rebuilder(meta.get("outputs") or {})
+        self.report = CompileReport()
+        self._lock = threading.Lock()
+        self._programs: collections.OrderedDict = collections.OrderedDict()
+        self._prepack, self._kernels, self._arena = C.PrepackCache(), C.KernelCache(), C.ArenaSource()
+        self._static = None if self.symbols else self._build(None)
+
+    @staticmethod
+    def _out_rebuilder(structure: dict):
+        kind = structure.get("kind")
+        if kind == "leaf":
+            return lambda outs: outs[0]
+        if kind == "list":
+            return list
+        if kind == "pytree":
+            from torch.utils._pytree import tree_unflatten, treespec_loads
+
+            spec = treespec_loads(structure["spec"])
+            return lambda outs: tree_unflatten(outs, spec)
+        return tuple
+
+    def _build(self, sizes):
+        low = self.lowered if sizes is None else self.lowered.instance(sizes)
+        return EngineGraph(_stub_gm(), {}, self.config, self.report, self._prepack, self._arena, keep_text=sizes is None,
+                         lowered=low, kernel_cache=self._kernels)
+
+    def _program(self, args):
+        key = tuple(args[i] if d < 0 else args[i].shape[d] for i, d in self._getters)
+        eg = self._programs.get(key)
+        if eg is None:
+            with self._lock:
+                eg = self._programs.get(key)
+                if eg is None:
+                    try:
+                        eg = self._build(key)
+                    except EngineError as e:
+                        raise EngineError(f"{self.path}: sizes {dict(zip(self.symbols, key))}: {e}") from None
+                    self._programs[key] = eg
+                    while len(self._programs) > max(1, self.config.dynamic_sizes):
+                        self._programs.popitem(last=False)
+        return eg
+
+    def __call__(self, *args, **kwargs):
+        if kwargs or len(args) != self.num_inputs:
+            args = self._flatten(args, kwargs)
+        return self._rebuild((self._static or self._program(args)).run(args))
+
+    forward = __call__
+
+    def _flatten(self, args, kwargs) -> tuple:
+        """The user inputs in the exported order: positional ones, then keyword ones by name."""
+        n, names = self.meta.get("args", self.num_inputs), self.meta.get("kwargs", [])
+        extra = sorted(set(kwargs) - set(names))
+        missing = [k for k in names if k not in kwargs]
+        if len(args) != n or extra or missing:
+            raise TypeError(f"{self.path} takes {n} positional inputs" + (f" and keyword inputs {names}" if names else "")
+                            + f"; got {len(args)} positional" + (f", unknown keywords {extra}" if extra else "")
+                            + (f", missing keywords {missing}" if missing else ""))
+        return tuple(args) + tuple(kwargs[k] for k in names)
+
+    def __repr__(self):
+        return (f"airgraph.LoadedModel({self.path!r}, {self.num_inputs} inputs, symbols {self.symbols or 'none'}, "
+                f"{self.producer})")
+
+
+def load(path: str, config: CompilerConfig | None = None) -> LoadedModel:
+    """Loads an airgraph file written by airgraph.export."""
+    return LoadedModel(path, config)

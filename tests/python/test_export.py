@@ -1,0 +1,137 @@
+"""Offline export (airgraph.export / airgraph.load): a model exported to an airgraph file and
+loaded gives eager's answer, static and with symbolic sizes (several sizes per file), with
+keyword inputs and nested outputs; a new process loads and runs the file with no Dynamo frame
+compiled; a corrupt, truncated or foreign file is refused with a clear error; models the engine
+cannot run whole are refused at export; zoo models round-trip."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import airgraph
+from airgraph import zoo
+
+pytest.importorskip("transformers")
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x))).softmax(-1)
+
+
+class Nested(torch.nn.Module):
+    def forward(self, x, scale=None):
+        y = x * scale
+        return {"sum": y.sum(-1), "parts": (y, x.exp())}
+
+
+def test_static_export_round_trip(tmp_path):
+    torch.manual_seed(0)
+    m, x = MLP().eval(), torch.randn(4, 16)
+    path = tmp_path / "mlp.agraph"
+    meta = airgraph.export(m, (x,), path)
+    assert meta["symbols"] == [] and meta["num_outputs"] == 1
+    lm = airgraph.load(path)
+    with torch.no_grad():
+        torch.testing.assert_close(lm(x), m(x), rtol=1e-5, atol=1e-6)
+        with pytest.raises(airgraph.EngineError):
+            lm(torch.randn(5, 16))  # exported for [4, 16] only
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dynamic_batch_export(tmp_path, dtype):
+    torch.manual_seed(0)
+    m, x = MLP().eval().to(dtype), torch.randn(4, 16, dtype=dtype)
+    batch = torch.export.Dim("batch", min=1, max=512)
+    path = tmp_path / "mlp_dyn.agraph"
+    meta = airgraph.export(m, (x,), path, dynamic_shapes={"x": {0: batch}}, atol=1e-2, rtol=1e-2)
+    assert len(meta["symbols"]) == 1 and meta["getters"] == [[0, 0]]
+    lm = airgraph.load(path)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    with torch.no_grad():
+        for b in (1, 3, 4, 37):
+            xb = torch.randn(b, 16, dtype=dtype)
+            torch.testing.assert_close(lm(xb), m(xb), **tol)
+    assert len(lm._programs) == 4  # one engine program per size
+
+
+def test_keyword_inputs_and_nested_outputs(tmp_path):
+    x, s = torch.randn(3, 5), torch.randn(3, 5)
+    path = tmp_path / "nested.agraph"
+    airgraph.export(Nested(), (x,), path, example_kwargs={"scale": s})
+    lm = airgraph.load(path)
+    got, want = lm(x, scale=s), Nested()(x, scale=s)
+    assert set(got) == {"sum", "parts"} and isinstance(got["parts"], tuple)
+    torch.testing.assert_close(got, want)
+    with pytest.raises(TypeError, match="missing keywords"):
+        lm(x)
+
+
+def test_a_new_process_runs_the_file_without_dynamo(tmp_path):
+    torch.manual_seed(0)
+    m, x = MLP().eval(), torch.randn(4, 16)
+    path = tmp_path / "mlp.agraph"
+    airgraph.export(m, (x,), path)
+    torch.save({"x": x, "want": m(x).detach()}, tmp_path / "io.pt")
+    code = (
+        "import sys, torch, airgraph\n"
+        "from torch._dynamo.utils import counters\n"
+        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
+        f"m = airgraph.load({str(path)!r})\n"
+        "got = m(io['x'])\n"
+        "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-6)\n"
+        "assert not counters['frames'], dict(counters['frames'])\n"
+        "print('ran without dynamo')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and "ran without dynamo" in r.stdout, r.stdout + r.stderr
+
+
+def test_corrupt_truncated_and_foreign_files_are_refused(tmp_path):
+    m, x = MLP().eval(), torch.randn(2, 16)
+    path = tmp_path / "mlp.agraph"
+    airgraph.export(m, (x,), path)
+    good = path.read_bytes()
+    cases = {
+        "truncated": good[: len(good) // 2],
+        "flipped weight byte": good[:-10] + bytes([good[-10] ^ 1]) + good[-9:],
+        "flipped metadata byte": good[:100] + bytes([good[100] ^ 4]) + good[101:],
+        "not ours": b"PK\x03\x04" + b"\0" * 200,
+        "empty": b"",
+    }
+    for what, data in cases.items():
+        bad = tmp_path / f"bad_{what.replace(' ', '_')}.agraph"
+        bad.write_bytes(data)
+        with pytest.raises(airgraph.EngineError, match="airgraph file") as e:
+            airgraph.load(bad)
+        assert str(bad) in str(e.value), (what, str(e.value))
+
+
+def test_a_graph_with_unsupported_nodes_is_refused_at_export(tmp_path):
+    class Spectrum(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.rfft(x).abs()  # no engine kernel: it would need PyTorch at run time
+
+    with pytest.raises(airgraph.lowering.Unsupported, match="(?s)no PyTorch fallback.*_fft_r2c.*test_export.py"):
+        airgraph.export(Spectrum(), (torch.randn(3, 8),), tmp_path / "x.agraph")
+    assert not (tmp_path / "x.agraph").exists()
+
+
+@pytest.mark.parametrize("name", ["bert", "resnet50", "llama"])
+def test_zoo_model_round_trip(tmp_path, name):
+    model, args, kwargs = zoo.build(name, size="small", batch=2)
+    path = tmp_path / f"{name}.agraph"
+    with torch.no_grad():
+        airgraph.export(model, args, path, example_kwargs=kwargs)
+        lm = airgraph.load(path)
+        got, want = lm(*args, **kwargs), model(*args, **kwargs)
+    assert zoo.max_diff(got, want) <= 1e-4, zoo.max_diff(got, want)
+    meta = json.loads(json.dumps(lm.meta))
+    assert meta["format"] == "airgraph-export"
