@@ -11,6 +11,7 @@ from ._core import C as _C, EngineError
 from .backend import airgraph_backend, get_backend, set_dim_gears
 from .config import CompilerConfig
 from .explain import ExplainReport, explain
+from .cache import cache_info, clear_cache
 from .export import LoadedModel, export, load
 
 __version__ = "0.1.0"
@@ -25,8 +26,8 @@ def pass_names() -> list[str]:
     return list(_C.pass_names())
 
 
-__all__ = ["CompilerConfig", "EngineError", "ExplainReport", "LoadedModel", "airgraph_backend", "explain", "export",
-           "get_backend", "load", "ops", "pass_names", "set_dim_gears"]
+__all__ = ["CompilerConfig", "EngineError", "ExplainReport", "LoadedModel", "airgraph_backend", "cache_info",
+           "clear_cache", "explain", "export", "get_backend", "load", "ops", "pass_names", "set_dim_gears"]
 
 
 def _register_name():

@@ -39,6 +39,7 @@ try:  # torch's C helpers for Inductor's generated code: the thin call path (Eng
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards, _empty_strided_cpu
 except ImportError:  # another torch: every call takes the checked path
     _TensorGuards = _empty_strided_cpu = None
+from . import cache as _cache
 from .config import CompilerConfig
 from .debug import dump as _dump
 from .lowering.sizes import Recorder, recording
@@ -317,7 +318,12 @@ class EngineGraph:
         self.gid = next(_GRAPH_IDS)
         self.gm = gm
         self.config = config
-        low = lowered or lower_graph(gm, consts)
+        if lowered is not None:
+            low = lowered
+        elif config.cache_dir and not graph_symbols(gm):  # (a symbolic graph lowered per size is not kept)
+            low = _cache.lowered(gm, consts, config.cache_dir, lambda: lower_graph(gm, consts))
+        else:
+            low = lower_graph(gm, consts)
         g = low.g
         self.input_positions, self.scalar_inputs = low.input_positions, low.scalar_inputs
         self.num_outputs, self.fx_names = low.num_outputs, low.fx_names

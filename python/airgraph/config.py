@@ -19,6 +19,16 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
 
 
+def default_cache_dir() -> str:
+    """$AIRGRAPH_CACHE_DIR ("" or 0 switches the cache off), else $XDG_CACHE_HOME/airgraph, else
+    ~/.cache/airgraph."""
+    env = os.environ.get("AIRGRAPH_CACHE_DIR")
+    if env is not None:
+        return "" if env.strip().lower() in ("", "0", "off", "false", "no") else env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "airgraph")
+
+
 @dataclass
 class CompilerConfig:
     # Parameters and buffers are bound as constants of the engine graph (zero-copy;
@@ -55,6 +65,11 @@ class CompilerConfig:
     # Lower such a graph once for every size (sizes as expressions of the symbols, replayed by
     # the C++ core per size) instead of once per size; False lowers each size from the FX graph.
     lower_once: bool = True
+    # The compile cache (airgraph/cache.py): an ATen graph lowered once is kept in this folder and
+    # a later process compiling the same graph skips the lowering (the passes and kernels still run:
+    # they depend on the weights' values, which are never cached). "" switches it off. Default:
+    # $AIRGRAPH_CACHE_DIR, else $XDG_CACHE_HOME/airgraph, else ~/.cache/airgraph.
+    cache_dir: str = field(default_factory=default_cache_dir)
 
     # --- debugging (README "Debugging"); each has an environment variable ---
     # Folder for graph and data dumps (AIRGRAPH_DUMP_DIR; default ./airgraph_dump).

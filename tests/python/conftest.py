@@ -3,10 +3,17 @@
 check(fn, *inputs): compiles `fn` with airgraph (fallback off, so every node
 must run natively), runs it, and compares every output with eager PyTorch.
 """
-import pytest
-import torch
+import os
+import tempfile
 
-import airgraph
+# The compile cache stays on in the tests, as for users, but in a folder of this test process's own,
+# never the user's ~/.cache (set before airgraph reads it)
+os.environ.setdefault("AIRGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="airgraph-test-cache-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import airgraph  # noqa: E402
 
 TOL = {
     torch.float32: (1e-5, 1e-4),
