@@ -15,6 +15,7 @@ import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
+from . import aot as aot_compile_support
 from .compiler import CompileReport, ShapeSpec, compile_aten_graph
 from .config import CompilerConfig
 from .decompositions import decomposition_table
@@ -170,16 +171,22 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
     for sink in _REPORT_SINKS:
         sink.append(report)
     real = list(example_inputs)
+    # what torch's aot_compile needs to save the result (airgraph/aot.py)
+    state = {"report": report, "config": config}
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
         consts = _constants(aot_gm, real, params)
         s = spec
-        if s is not None and sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder") != len(real):
+        n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
+        if s is not None and n_ph != len(real):
             s = ShapeSpec(s.gears)  # AOTAutograd renumbered the inputs: the values stay inputs, no names
+        state.update(gm=aot_gm, consts=consts, reason=aot_compile_support.aot_wrapper_reason(aot_gm) or (
+            "AOTAutograd changed the inputs" if n_ph != len(real) else None))
         return compile_aten_graph(aot_gm, consts, config, report, const_names=params, spec=s)
 
     def bw_compiler(aot_gm, aot_inputs):
         # airgraph is an inference engine; gradients run in PyTorch.
+        state["reason"] = "a training graph (gradients were enabled for an input or a parameter)"
         def run(args):
             return aot_gm(*args)
 
@@ -203,8 +210,15 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         # cache's index_copy_) stay in the graph as copy_ nodes, so the engine can make them in the
         # input's own memory (compiler.take_input_writes) instead of AOTAutograd's wrapper copying
         # a functional result back after every call
-        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                                     decompositions=decomposition_table(), keep_inference_input_mutations=True)
+        # AOTAutograd's own cache stores Inductor's compiled code only (torch's aot_compile switches
+        # it on): airgraph's result is saved through aot_compile_support instead
+        off = {k: False for k in ("force_autograd_cache", "bundled_autograd_cache")
+               if hasattr(torch._functorch.config, k)}
+        with torch._functorch.config.patch(off):
+            compiled = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                                             decompositions=decomposition_table(),
+                                             keep_inference_input_mutations=True)
+        return aot_compile_support.wrap(compiled, state)
 
     return aot()
 

@@ -1,0 +1,160 @@
+"""torch's ahead-of-time compile path with backend="airgraph" (experimental in torch 2.x).
+
+    compiled = torch.compile(model, backend="airgraph", fullgraph=True).aot_compile(((x,), {}))
+    compiled.save_compiled_function("model.aot")
+    # in a new process: no Dynamo tracing, no AOTAutograd, no lowering
+    fn = torch.compiler.load_compiled_function(open("model.aot", "rb"))
+    out = fn(model, x)   # (for a module: the module is passed, its parameters are bound at the first call)
+
+torch asks the backend's compiled callable for torch._dynamo.aot_compile_types.SerializableCallable:
+airgraph's compiled callable is one. Its artifacts are the lowered engine graph (an airgraph file,
+csrc/ir/serialize.h) with the parameters by name only, and how to feed it; the loaded callable
+binds the parameters it is called with at its first call (checked on every call, as
+torch.compile's are), runs the passes and builds the kernels. Saved only where AOTAutograd's
+runtime wrapper had nothing to do that the engine does not: an inference graph that runs whole on
+the engine, with static sizes, no outputs aliasing inputs or each other, and input writes the engine
+makes itself; anything else is refused at save time with the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import threading
+
+import torch
+
+from ._core import C, EngineError
+from .config import CompilerConfig
+
+try:
+    from torch._dynamo.aot_compile_types import SerializableCallable
+except ImportError:  # an older torch without the protocol: nothing to implement
+    SerializableCallable = object
+
+ARTIFACT_VERSION = 1
+
+
+def aot_wrapper_reason(aot_gm) -> str | None:
+    """Why AOTAutograd's runtime wrapper does more than call the graph (None: it does not)."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    if meta is None:
+        return "AOTAutograd gave no metadata"
+    try:
+        from torch._functorch._aot_autograd.schemas import OutputType, SubclassCreationMeta
+    except ImportError:
+        return "this torch's AOTAutograd metadata is not known to airgraph"
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+        return "an output aliases an input or another output"
+    if getattr(meta, "num_intermediate_bases", 0):
+        return "outputs share intermediate bases"
+    if any(getattr(i, "mutates_metadata", False) for i in meta.input_info):
+        return "an input's metadata is mutated"
+    if any(isinstance(m, SubclassCreationMeta) for m in getattr(meta, "subclass_inp_meta", None) or ()):
+        return "tensor subclass inputs"
+    return None
+
+
+class AirgraphCompiled(SerializableCallable):
+    """What airgraph's backend returns to Dynamo: AOTAutograd's callable, plus what torch's
+    aot_compile needs to save it (see the module text)."""
+
+    def __init__(self, fn, state: dict):
+        self.fn = fn
+        self.state = state
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: "AirgraphCompiled") -> bytes:
+        from . import __version__
+        from .compiler import lower_graph
+
+        s = fn.state
+        reason = s.get("reason") or ("the graph was not compiled for inference" if "gm" not in s else None)
+        if reason is None and (s["report"].symbolic or s["report"].engine_graphs != 1
+                               or any(not n.native for n in s["report"].nodes)):
+            reason = ("it does not run whole on the engine with static sizes (symbolic sizes or PyTorch fallback "
+                      "nodes; use airgraph.export for symbolic sizes)")
+        if reason:
+            raise RuntimeError(f"airgraph cannot save this compiled graph for torch's aot_compile: {reason}")
+        gm, consts, config = s["gm"], s["consts"], s["config"]
+        low = lower_graph(gm, consts)
+        phs = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        meta = {"version": ARTIFACT_VERSION, "airgraph": __version__, "torch": torch.__version__,
+                "input_positions": low.input_positions,
+                "scalar_inputs": {str(k): str(v).replace("torch.", "") for k, v in low.scalar_inputs.items()},
+                "num_outputs": low.num_outputs, "consts": {str(i): phs[i] for i in consts},
+                "writes": [list(w) for w in gm.meta.get("airgraph_input_writes", ())],
+                "config": {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                           if f.name not in ("cache_dir", "dump_dir")}}
+        graph = low.g.save(True, f"airgraph {__version__}", "", [phs[i] for i in consts])
+        return pickle.dumps({"meta": json.dumps(meta), "graph": graph}, protocol=4)
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes) -> "LoadedAot":
+        return LoadedAot(pickle.loads(data))
+
+
+class LoadedAot:
+    """A compiled graph loaded from torch's aot_compile artifacts: binds the parameters of its
+    first call, then runs like torch.compile's airgraph graph (weights checked every call)."""
+
+    def __init__(self, artifacts: dict):
+        self.meta = json.loads(artifacts["meta"])
+        if self.meta.get("version") != ARTIFACT_VERSION:
+            raise EngineError(f"airgraph aot_compile artifacts of version {self.meta.get('version')}; this airgraph "
+                              f"reads {ARTIFACT_VERSION} (compile it again)")
+        self.graph_bytes = artifacts["graph"]
+        cfg = {k: v for k, v in self.meta["config"].items() if k in {f.name for f in dataclasses.fields(CompilerConfig)}}
+        self.config = CompilerConfig(**cfg)
+        self.consts = {int(k): v for k, v in self.meta["consts"].items()}
+        self.writes = [tuple(w) for w in self.meta["writes"]]
+        self._run = None
+        self._lock = threading.Lock()
+
+    def _lowered(self, consts: dict):
+        from .compiler import Lowered
+
+        by_name = {self.consts[i]: t for i, t in consts.items()}
+
+        def resolve(name, dtype, shape):
+            t = by_name.get(name)
+            return None if t is None else (t.detach() if t.is_contiguous() else t.detach().contiguous())
+
+        g, _, _ = C.load_graph_bytes(self.graph_bytes, resolve)
+        m = self.meta
+        return Lowered(g, list(m["input_positions"]), {int(k): getattr(torch, v) for k, v in m["scalar_inputs"].items()},
+                       m["num_outputs"], {})
+
+    def _build(self, args):
+        from .compiler import CompileReport, EngineGraph, _Binder, _checked, _writing_inputs
+
+        gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+        gm.meta = {"airgraph_input_writes": self.writes}
+
+        def build(consts, changed, prev, report):
+            eg = EngineGraph(gm, consts, self.config, report, lowered=self._lowered(consts))
+            return eg.run, [eg]
+
+        consts = {i: args[i] for i in self.consts}
+        for i, t in consts.items():
+            if not isinstance(t, torch.Tensor):
+                raise EngineError(f"argument {i} ({self.consts[i]}) should be a tensor, got {type(t).__name__}")
+        self.report = CompileReport()
+        run = _checked(_Binder(build, consts, dict(self.consts), self.config, self.report))
+        return _writing_inputs(run, self.writes) if self.writes else run
+
+    def __call__(self, *args):
+        if self._run is None:
+            with self._lock:
+                if self._run is None:
+                    self._run = self._build(args)
+        return self._run(list(args))
+
+
+def wrap(fn, state: dict):
+    """The backend's result: `fn` itself where torch has no aot_compile protocol."""
+    return AirgraphCompiled(fn, state) if SerializableCallable is not object else fn
