@@ -21,12 +21,11 @@
 #include <unordered_set>
 
 #include "ir/op_registry.h"
+#include "passes/chain_rewrite.h"
 #include "passes/passes.h"
 
 namespace ag {
 namespace {
-
-bool is(const Node* n, const char* op) { return n && std::string_view(n->op->name) == op; }
 
 
 // A constant of one floating element, as double.
@@ -41,14 +40,6 @@ bool const_scalar(const Value* v, double* out) {
     case DType::f16: *out = f16_to_f32(*static_cast<const uint16_t*>(p)); return true;
     default: return false;
   }
-}
-
-// For a binary node with `v` as one operand, the other operand (nullptr if `v` is both or neither).
-Value* other_operand(const Node* n, const Value* v) {
-  if (n->inputs.size() != 2 || n->inputs[0] == n->inputs[1]) return nullptr;
-  if (n->inputs[0] == v) return n->inputs[1];
-  if (n->inputs[1] == v) return n->inputs[0];
-  return nullptr;
 }
 
 }  // namespace
@@ -67,7 +58,7 @@ int fuse_norms(Graph& g) {
   std::unordered_set<const Node*> touched;
   int changes = 0;
   for (Node* pw : snapshot) {
-    if (!is(pw, "pow_scalar") || touched.count(pw) || pw->inputs.size() != 1 || pw->outputs.size() != 1) continue;
+    if (!is_op(pw, "pow_scalar") || touched.count(pw) || pw->inputs.size() != 1 || pw->outputs.size() != 1) continue;
     double ex;
     if (!attr_number(pw->attrs, "exponent", 0, &ex) || ex != 2.0) continue;
     Value* x = pw->inputs[0];
@@ -76,27 +67,27 @@ int fuse_norms(Graph& g) {
     const int64_t rank = xt.rank(), N = xt.shape().back();
 
     Node* mn = single(pw->out());
-    if (!is(mn, "mean") || mn->inputs.size() != 1 || mn->outputs.size() != 1) continue;
+    if (!is_op(mn, "mean") || mn->inputs.size() != 1 || mn->outputs.size() != 1) continue;
     auto dims = mn->attrs.ints("dims", {});
     if (dims.size() != 1 || !(dims[0] == -1 || dims[0] == rank - 1) || !mn->attrs.b("keepdim", false)) continue;
     if (mn->attrs.has("dtype") && mn->attrs.dtype("dtype") != DType::f32) continue;
 
     Node* ad = single(mn->out());
-    if (!is(ad, "add")) continue;
+    if (!is_op(ad, "add")) continue;
     Value* ev = other_operand(ad, mn->out());
     double alpha, eps;
     if (!ev || !attr_number(ad->attrs, "alpha", 1.0, &alpha) || alpha != 1.0 || !const_scalar(ev, &eps)) continue;
     if (!(ad->out()->type == mn->out()->type)) continue;
 
     Node* rs = single(ad->out());
-    if (!is(rs, "rsqrt") || rs->inputs.size() != 1) continue;
+    if (!is_op(rs, "rsqrt") || rs->inputs.size() != 1) continue;
 
     Node* m1 = single(rs->out());
-    if (!is(m1, "mul") || other_operand(m1, rs->out()) != x || !(m1->out()->type == xt)) continue;
+    if (!is_op(m1, "mul") || other_operand(m1, rs->out()) != x || !(m1->out()->type == xt)) continue;
 
     std::vector<Node*> chain{pw, mn, ad, rs, m1};
     Value* weight = nullptr;
-    if (Node* m2 = single(m1->out()); is(m2, "mul")) {
+    if (Node* m2 = single(m1->out()); is_op(m2, "mul")) {
       Value* w = other_operand(m2, m1->out());
       if (w && w->type.dtype == DType::f32 && w->type.is_static() && w->type.rank() == 1 && w->type.size(0) == N &&
           m2->out()->type == xt) {
@@ -104,29 +95,13 @@ int fuse_norms(Graph& g) {
         chain.push_back(m2);
       }
     }
-    bool clash = false;
-    for (Node* n : chain) clash = clash || touched.count(n);
-    if (clash) continue;
-
-    Node* last = chain.back();
     Attrs a;
     a.set("normalized_ndim", int64_t{1});
     a.set("eps", eps);
     a.set("has_weight", weight != nullptr);
-    std::string fused;
-    for (size_t k = 0; k < chain.size(); ++k) fused += (k ? "," : "") + chain[k]->name;
-    a.set("fused", fused);
     std::vector<Value*> ins{x};
     if (weight) ins.push_back(weight);
-    Node* nn;
-    try {
-      nn = g.insert_node_before(last, "rms_norm", ins, a, last->name, last->source);
-    } catch (const Error&) {
-      continue;  // the op's inference refused it: keep the chain
-    }
-    g.replace_all_uses(last->out(), nn->out());
-    for (Node* n : chain) touched.insert(n);
-    touched.insert(nn);
+    if (!replace_chain(g, chain, "rms_norm", ins, std::move(a), touched)) continue;
     ++changes;
   }
   if (changes) eliminate_dead_code(g);

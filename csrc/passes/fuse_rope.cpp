@@ -19,24 +19,15 @@
 
 #include "ir/op_registry.h"
 #include "kernels/strided_copy.h"
+#include "passes/chain_rewrite.h"
 #include "passes/passes.h"
 
 namespace ag {
 namespace {
 
-bool is(const Node* n, const char* op) { return n && std::string_view(n->op->name) == op; }
-
-// For a binary node with `v` as one operand, the other operand (nullptr if `v` is both or neither).
-Value* other_of(const Node* n, const Value* v) {
-  if (n->inputs.size() != 2 || n->inputs[0] == n->inputs[1]) return nullptr;
-  if (n->inputs[0] == v) return n->inputs[1];
-  if (n->inputs[1] == v) return n->inputs[0];
-  return nullptr;
-}
-
 // The slice of the last dim of `x` that node `n` takes, as [start, start + len); false if it is not one.
 bool last_dim_slice(const Node* n, const Value* x, int64_t* start, int64_t* len) {
-  if (!(is(n, "slice") || is(n, "slice_view")) || n->inputs[0] != x) return false;
+  if (!(is_op(n, "slice") || is_op(n, "slice_view")) || n->inputs[0] != x) return false;
   try {
     SliceSpec s = slice_spec(x->type, n->attrs, "slice");
     if (s.dim != x->type.rank() - 1 || s.step != 1) return false;
@@ -66,10 +57,10 @@ int fuse_rope(Graph& g) {
   std::unordered_set<const Node*> touched;
   int changes = 0;
   for (Node* cat : snapshot) {
-    if (!is(cat, "cat") || touched.count(cat) || cat->inputs.size() != 2 || cat->outputs.size() != 1) continue;
+    if (!is_op(cat, "cat") || touched.count(cat) || cat->inputs.size() != 2 || cat->outputs.size() != 1) continue;
     Node* neg = single_made(cat->inputs[0]);
     Node* lo = single_made(cat->inputs[1]);
-    if (!is(neg, "neg") || !lo || lo->inputs.size() != 1) continue;
+    if (!is_op(neg, "neg") || !lo || lo->inputs.size() != 1) continue;
     Node* hi = single_made(neg->inputs[0]);
     Value* x = lo->inputs[0];
     const TensorType& xt = x->type;
@@ -84,37 +75,21 @@ int fuse_rope(Graph& g) {
       continue;
     }
     Node* m2 = single_use(cat->out());
-    if (!is(m2, "mul")) continue;
-    Value* sin = other_of(m2, cat->out());
+    if (!is_op(m2, "mul")) continue;
+    Value* sin = other_operand(m2, cat->out());
     Node* add = m2 ? single_use(m2->out()) : nullptr;
-    if (!sin || !is(add, "add")) continue;
+    if (!sin || !is_op(add, "add")) continue;
     double alpha;
     if (!attr_number(add->attrs, "alpha", 1.0, &alpha) || alpha != 1.0) continue;
-    Value* p1 = other_of(add, m2->out());
+    Value* p1 = other_operand(add, m2->out());
     Node* m1 = p1 ? single_made(p1) : nullptr;
-    if (!is(m1, "mul")) continue;
-    Value* cos = other_of(m1, x);
+    if (!is_op(m1, "mul")) continue;
+    Value* cos = other_operand(m1, x);
     if (!cos) continue;
     bool same_types = m1->out()->type == xt && m2->out()->type == xt && add->out()->type == xt &&
                       cos->type.dtype == xt.dtype && sin->type.dtype == xt.dtype;
-    std::vector<Node*> chain{lo, hi, neg, cat, m2, m1, add};
-    bool clash = false;
-    for (Node* n : chain) clash = clash || touched.count(n);
-    if (!same_types || clash) continue;
-
-    Attrs a;
-    std::string fused;
-    for (size_t k = 0; k < chain.size(); ++k) fused += (k ? "," : "") + chain[k]->name;
-    a.set("fused", fused);
-    Node* nn;
-    try {
-      nn = g.insert_node_before(add, "rope", {x, cos, sin}, a, add->name, add->source);
-    } catch (const Error&) {
-      continue;  // the op's inference refused it (a dtype or shape it does not take): keep the ops
-    }
-    g.replace_all_uses(add->out(), nn->out());
-    for (Node* n : chain) touched.insert(n);
-    touched.insert(nn);
+    if (!same_types) continue;
+    if (!replace_chain(g, {lo, hi, neg, cat, m2, m1, add}, "rope", {x, cos, sin}, Attrs{}, touched)) continue;
     ++changes;
   }
   if (changes) eliminate_dead_code(g);
