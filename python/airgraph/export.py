@@ -89,7 +89,8 @@ def _out_structure(spec) -> dict:
     the outputs come back as a flat tuple)."""
     if spec.is_leaf():
         return {"kind": "leaf"}
-    if spec.type in (tuple, list) and all(c.is_leaf() for c in spec.children_specs):
+    children = spec.children() if hasattr(spec, "children") else spec.children_specs  # (torch < 2.10)
+    if spec.type in (tuple, list) and all(c.is_leaf() for c in children):
         return {"kind": spec.type.__name__}
     try:
         import warnings

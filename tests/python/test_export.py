@@ -135,3 +135,44 @@ def test_zoo_model_round_trip(tmp_path, name):
     assert zoo.max_diff(got, want) <= 1e-4, zoo.max_diff(got, want)
     meta = json.loads(json.dumps(lm.meta))
     assert meta["format"] == "airgraph-export"
+
+
+def _airgraph_run() -> str:
+    """The installed CLI (on PATH in the venv), or the build folder's in a development tree."""
+    import shutil
+
+    exe = shutil.which("airgraph-run") or os.path.join(os.environ.get("AIRGRAPH_EXT_DIR", ""), "airgraph-run")
+    assert os.path.exists(exe), "airgraph-run is neither on PATH nor in AIRGRAPH_EXT_DIR"
+    return exe
+
+
+def test_cli_runs_an_exported_zoo_model_like_eager(tmp_path):
+    import numpy as np
+
+    model, args, kwargs = zoo.build("bert", size="small", batch=2)
+    path = tmp_path / "bert.agraph"
+    with torch.no_grad():
+        airgraph.export(model, args, path, example_kwargs=kwargs)
+        want = zoo._flat(model(*args, **kwargs))
+    cmd = [_airgraph_run(), str(path), "--output-dir", str(tmp_path), "--bench", "5"]
+    for i, a in enumerate(list(args) + list(kwargs.values())):
+        np.save(tmp_path / f"in{i}.npy", a.numpy())
+        cmd += ["--input", str(tmp_path / f"in{i}.npy")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "median" in r.stdout, r.stdout
+    for k, w in enumerate(want):
+        got = torch.from_numpy(np.load(tmp_path / f"out{k}.npy"))
+        torch.testing.assert_close(got, w, rtol=1e-4, atol=1e-4)
+    # a wrong input is a clear error with a non-zero exit, not a crash
+    np.save(tmp_path / "bad.npy", np.zeros((3, 3), dtype=np.float32))
+    bad = [_airgraph_run(), str(path)] + ["--input", str(tmp_path / "bad.npy")] * len(want)
+    r = subprocess.run(bad, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "input" in r.stderr and r.stderr.count("\n") <= 5, (r.returncode, r.stderr)
+
+
+def test_cli_links_neither_torch_nor_python():
+    r = subprocess.run(["ldd", _airgraph_run()], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "libairgraph_runtime" in r.stdout and "not found" not in r.stdout, r.stdout
+    assert "libtorch" not in r.stdout and "libpython" not in r.stdout and "libc10" not in r.stdout, r.stdout
