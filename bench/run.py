@@ -855,7 +855,8 @@ def _first_call_targets(first: dict) -> list[dict]:
             problems.append(f"{r['model']} warm run failed")
         else:
             ok &= w["own_ms"] <= WARM_OWN_TARGET_MS and w["cache"]["hits"] > 0
-            figures.append(f"{r['model']} {w['own_ms']:.1f} ms ({w['cache']['hits']} hits)")
+            hits = w["cache"]["hits"]
+            figures.append(f"{r['model']} {w['own_ms']:.1f} ms ({hits} hit{'s' * (hits != 1)})")
     target(f"warm-cache first call: airgraph's own part at most {WARM_OWN_TARGET_MS:.0f} ms per zoo model",
            figures, problems, ok, "no model measured")
     # cold - warm over cold - (Dynamo + a later call): the share of what a cache could save that it saved
