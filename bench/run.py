@@ -6,6 +6,7 @@
                                              # small decoder's generation cells at batch 1 (~2-3 min)
     python bench/run.py --micro-only         # only the host-overhead, engine-loop and fusion micro-benchmarks
     python bench/run.py --generation-only --generation-models small   # only the generation section, zoo decoder
+    python bench/run.py --first-call-only --size small --first-call-models bert,resnet50   # only first calls
 
 Backends: eager, inductor (torch.compile default), airgraph, openvino (OpenVINO's
 torch.compile backend); all with 2 threads. The package used is whatever
@@ -44,6 +45,19 @@ its small config and a Qwen2-0.5B-style config; roughly 30 min on 2 cores for 0.
 each decode figure the memory-bandwidth floor (weights and KV cache read per token over the copy
 bandwidth measured here). A backend that fails in a cell keeps its error in the table. The
 issue's generation targets are evaluated from these cells in the Targets section.
+
+First call (after the zoo's latency cells; --no-first-call skips it, --first-call-only runs only it;
+--first-call-models narrows it, by default the --models list): per model, each way to start in a
+fresh process (bench/run.py's own workers): a setup process (eager's first call, then
+airgraph.export and torch's aot_compile + save_compiled_function into a temp folder); cold
+(torch.compile(model, backend="airgraph") with an empty AIRGRAPH_CACHE_DIR: compile + first call,
+and airgraph's own part: the CompileReports' compile_ms plus the first engine run); warm (the same
+with the cache folder the cold process filled, its hits counted); exported (airgraph.load + first
+call, and later calls); aot (torch.compiler.load_compiled_function + first call; transformers
+models fail at save in torch's guard serialization with every backend, and the cell shows the
+error). Then the per-call time of a loaded exported `x * 2 + 1` on 16 floats beside eager's and
+torch.compile's. --first-call-repeats N runs every process N times and reports the median one. The
+issue's first-call targets are evaluated in the Targets section.
 """
 from __future__ import annotations
 
@@ -551,6 +565,338 @@ def generation(models: list[str], backends: list[str], a) -> dict:
                 backends=backends, rows=rows)
 
 
+# --------------------------------------------------------------------------- first calls
+
+
+FIRST_MODES_ALL = ("setup", "cold", "warm", "exported", "aot")  # setup: eager's first call, export, aot_compile
+FIRST_LATER = (20, 2.0)  # later calls: up to 20 of them, or as many as 2 s take (at least 3)
+OVERHEAD_CALLS = 20000
+OVERHEAD_TARGET_US = 5.0
+WARM_OWN_TARGET_MS = 20.0
+LOAD_TARGET_MS = 1000.0
+WARM_SAVED_TARGET = 0.9  # "lower than cold by everything but Dynamo's tracing": at least 90% of that saved
+
+
+def _aot_fn(model, *args, **kwargs):
+    return model(*args, **kwargs)
+
+
+def _later_ms(fn, args, kwargs) -> float:
+    """Median ms of the calls after the first."""
+    n, limit = FIRST_LATER
+    ts, t_end = [], time.perf_counter() + limit
+    while len(ts) < 3 or (len(ts) < n and time.perf_counter() < t_end):
+        t0 = time.perf_counter()
+        fn(*args, **kwargs)
+        ts.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(ts)
+
+
+def _engine_first_runs():
+    """Patches the engine graphs' run: the ms of every engine graph's first run (outermost calls only)."""
+    from airgraph import compiler
+
+    seen, acc, depth = set(), [0.0], [0]
+    for cls in (compiler.EngineGraph, compiler.SymbolicEngineGraph):
+        orig = cls.run
+
+        def run(self, args, _orig=orig):
+            if depth[0] or id(self) in seen:
+                return _orig(self, args)
+            seen.add(id(self))
+            depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return _orig(self, args)
+            finally:
+                depth[0] -= 1
+                acc[0] += (time.perf_counter() - t0) * 1000
+
+        cls.run = run
+    return acc
+
+
+def first_call_worker(mode: str, model_name: str, folder: str, size: str) -> dict:
+    """One way to start, in a fresh process (see first_calls): setup (eager's first call, then the
+    inputs, the export and the aot_compile artifacts written to `folder`), cold, warm, exported, aot."""
+    torch = _setup_process()
+    from torch._dynamo.utils import counters
+
+    io_path = os.path.join(folder, "io.pt")
+    res = dict(model=model_name, mode=mode)
+    if mode == "exported":  # a serving process: the inputs from a file, no model, no transformers
+        io = torch.load(io_path, weights_only=False)
+        args, kwargs = io["args"], io["kwargs"]
+        t0 = time.perf_counter()
+        import airgraph
+
+        res["import_ms"] = (time.perf_counter() - t0) * 1000
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            m = airgraph.load(os.path.join(folder, "model.agraph"))
+            t1 = time.perf_counter()
+            out = m(*args, **kwargs)
+            t2 = time.perf_counter()
+            res.update(load_ms=(t1 - t0) * 1000, first_ms=(t2 - t1) * 1000, total_ms=(t2 - t0) * 1000,
+                       later_ms=_later_ms(m, args, kwargs), max_diff=_max_diff(out, io["want"]),
+                       dynamo_frames=sum(counters["frames"].values()))
+        return res
+    from airgraph import zoo
+
+    model, args, kwargs = zoo.build(model_name, size=size, batch=1)
+    import airgraph  # (imports are outside every timed span)
+    from airgraph import backend as ag_backend
+
+    with torch.no_grad():
+        if mode == "setup":
+            t0 = time.perf_counter()
+            want = model(*args, **kwargs)
+            res["eager_first_ms"] = (time.perf_counter() - t0) * 1000
+            res["eager_later_ms"] = _later_ms(model, args, kwargs)
+            torch.save(dict(args=args, kwargs=kwargs, want=want), io_path)
+            t0 = time.perf_counter()
+            try:
+                airgraph.export(model, args, os.path.join(folder, "model.agraph"), example_kwargs=kwargs)
+                res["export_s"] = time.perf_counter() - t0
+            except Exception as e:
+                res["export_error"] = _error(e)
+            t0 = time.perf_counter()
+            try:
+                c = torch.compile(_aot_fn, backend="airgraph", fullgraph=True).aot_compile(((model, *args), kwargs))
+                c.save_compiled_function(os.path.join(folder, "model.aot"))
+                res["aot_save_s"] = time.perf_counter() - t0
+            except Exception as e:
+                res["aot_error"] = _error(e)
+            return res
+        want = torch.load(io_path, weights_only=False)["want"]
+        if mode == "aot":
+            t0 = time.perf_counter()
+            with open(os.path.join(folder, "model.aot"), "rb") as f:
+                fn = torch.compiler.load_compiled_function(f)
+            t1 = time.perf_counter()
+            out = fn(model, *args, **kwargs)
+            t2 = time.perf_counter()
+            res.update(load_ms=(t1 - t0) * 1000, first_ms=(t2 - t1) * 1000, total_ms=(t2 - t0) * 1000,
+                       later_ms=_later_ms(lambda *a, **k: fn(model, *a, **k), args, kwargs),
+                       max_diff=_max_diff(out, want), dynamo_frames=sum(counters["frames"].values()))
+            return res
+        # cold / warm: torch.compile(model, backend="airgraph") (the same backend function, timed)
+        first_runs = _engine_first_runs()
+        with ag_backend.collect_reports() as reports:
+            t0 = time.perf_counter()
+            fn = torch.compile(model, backend=_timed(ag_backend.airgraph_backend))
+            out = fn(*args, **kwargs)
+            total = (time.perf_counter() - t0) * 1000
+        compile_ms = sum(r.compile_ms for r in reports)
+        backend_ms = _BACKEND_S[0] * 1000
+        info = airgraph.cache_info()
+        res.update(total_ms=total, compile_ms=compile_ms, first_run_ms=first_runs[0],
+                   own_ms=compile_ms + first_runs[0], backend_ms=backend_ms,
+                   # what is neither the backend (AOTAutograd + airgraph) nor the engine's first run:
+                   # Dynamo's tracing, guards and bytecode, and the Python around the call
+                   dynamo_ms=max(0.0, total - backend_ms - first_runs[0]),
+                   graphs=len(reports), later_ms=_later_ms(fn, args, kwargs), max_diff=_max_diff(out, want),
+                   cache={k: info[k] for k in ("hits", "misses", "writes", "rebuilt", "errors", "entries")})
+    return res
+
+
+def overhead_worker(folder: str) -> dict:
+    """Per-call time of x * 2 + 1 on 16 floats: eager, torch.compile(airgraph), and the exported
+    graph loaded back from its file (one process: only one function goes through Dynamo)."""
+    torch = _setup_process()
+    import airgraph
+
+    class Affine(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    x = torch.randn(16)
+    path = os.path.join(folder, "affine.agraph")
+    res = {}
+    with torch.no_grad():
+        airgraph.export(Affine(), (x,), path)
+        loaded = airgraph.load(path)
+        compiled = torch.compile(Affine(), backend="airgraph")
+        for name, fn in (("eager", Affine()), ("loaded", loaded), ("compiled", compiled)):
+            res[f"{name}_us"] = _call_ns(fn, x, OVERHEAD_CALLS, warmup=100) / 1000
+    res["calls"] = OVERHEAD_CALLS
+    return res
+
+
+def first_calls(models: list[str], a) -> dict:
+    """The first-call section: per model, a setup process and one fresh process per way to start."""
+    here = os.path.abspath(__file__)
+    root = tempfile.mkdtemp(prefix="airgraph_bench_first_")
+    rows = []
+    try:
+        for m in models:
+            folder = os.path.join(root, m)
+            os.makedirs(folder)
+            caches = {k: os.path.join(folder, f"cache_{k}") for k in ("setup", "compile", "exported", "aot")}
+            inductor = {k: os.path.join(folder, f"inductor_{k}") for k in caches}
+
+            def run(mode, cache):
+                env = dict(os.environ, AIRGRAPH_CACHE_DIR=caches[cache], TORCHINDUCTOR_CACHE_DIR=inductor[cache])
+                t0 = time.perf_counter()
+                with _LoadMeter(children=True) as meter:
+                    r = _run_json([sys.executable, here, "--first-call-worker", mode, m, folder, "--size", a.size],
+                                  a.timeout, env)
+                r.update(process_s=time.perf_counter() - t0, other_load=meter.other, steal=meter.stolen)
+                return r
+
+            def runs(mode, cache):
+                """--first-call-repeats fresh processes; the one with the median total time (all kept)."""
+                rs = []
+                for k in range(a.first_call_repeats):
+                    if mode == "cold" and k:  # every cold process starts with an empty cache; warm reads the first's
+                        caches["compile"] = os.path.join(folder, f"cache_compile_{k}")
+                    rs.append(run(mode, cache))
+                    if "error" in rs[-1]:
+                        return rs[-1]
+                caches["compile"] = os.path.join(folder, "cache_compile")
+                rs.sort(key=lambda r: r.get("total_ms", r.get("eager_first_ms", 0.0)))
+                return dict(rs[(len(rs) - 1) // 2], repeats=rs) if len(rs) > 1 else rs[0]
+
+            row = dict(model=m)
+            setup = row["setup"] = runs("setup", "setup")
+            # the warm process reads the cache folder (and Inductor's, unused here) the cold one filled
+            row["cold"] = runs("cold", "compile") if "error" not in setup else dict(error="setup failed")
+            row["warm"] = runs("warm", "compile") if "error" not in row["cold"] else dict(error="cold run failed")
+            for mode, key in (("exported", "export_error"), ("aot", "aot_error")):
+                bad = setup.get("error") or setup.get(key)
+                row[mode] = dict(error=bad) if bad else runs(mode, mode)
+            row["loaded"] = [k for k in FIRST_MODES_ALL if _loaded(row[k])]
+            rows.append(row)
+            print(f"  first call {m}: " + "; ".join(
+                f"{k} " + (r["error"] if "error" in r else f"{r.get('total_ms', r.get('eager_first_ms', 0)):.0f} ms")
+                for k, r in row.items() if k in FIRST_MODES_ALL)
+                + (f" (LOADED: {', '.join(row['loaded'])})" if row["loaded"] else ""), flush=True)
+        ov = _run_json([sys.executable, here, "--overhead-worker", root], a.timeout,
+                       dict(os.environ, AIRGRAPH_CACHE_DIR=os.path.join(root, "cache_overhead")))
+        print("  per-call overhead: " + (ov["error"] if "error" in ov else
+              ", ".join(f"{k[:-3]} {v:.1f} us" for k, v in ov.items() if k.endswith("_us"))), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    first = dict(size=a.size, models=models, rows=rows, overhead=ov, later_calls=list(FIRST_LATER),
+                 repeats=a.first_call_repeats)
+    first["targets"] = _first_call_targets(first)
+    return first
+
+
+def _cell_error(e: str, n: int = 90) -> str:
+    e = e.replace("|", "\\|")
+    return "error: " + (e if len(e) <= n else e[:n - 3] + "...")
+
+
+def _first_call_lines(first: dict) -> list[str]:
+    lines = [
+        "",
+        f"**First call** per zoo model ({first['size']} configs, batch 1), each way to start in a fresh process "
+        "(imports of torch, transformers and airgraph and the model's construction outside the timed span). "
+        "Eager: the model's first call. Cold: `torch.compile(model, backend=\"airgraph\")` and its first call "
+        "with an empty compile cache (`AIRGRAPH_CACHE_DIR` a new folder): Dynamo, AOTAutograd, airgraph's "
+        "lowering, passes and kernels and the first engine run; in brackets airgraph's own part (the "
+        "CompileReports' compile_ms plus the first engine run). Warm cache: the same in a new process with the "
+        "cache folder the cold one filled (the cache skips the lowering from FX only; Dynamo and AOTAutograd run "
+        "again); in brackets airgraph's own part and the cache hits. Exported: `airgraph.export` in a setup "
+        "process, then in a fresh process `airgraph.load(path)` and the first call (no Dynamo; inputs read with "
+        "torch.load, no model built), and the median of later calls "
+        f"(up to {first['later_calls'][0]} calls or {first['later_calls'][1]:g} s). aot: "
+        "`torch.compile(fn, backend=\"airgraph\", fullgraph=True).aot_compile(((model, *args), kwargs))` and "
+        "`save_compiled_function` in the setup process, then `torch.compiler.load_compiled_function` and the first "
+        "call in a fresh process (the model is built there: the loaded function binds its parameters). "
+        + (f"Each figure from the process with the median total of {first['repeats']} (all in latest.json). "
+           if first.get("repeats", 1) > 1 else "One process per figure (--first-call-repeats for more). ")
+        + f"LOADED: a process during which other processes or the hypervisor took over {LOADED:.0%} of the "
+        "machine (its figures are unreliable; on these shared VMs a first call varies up to several-fold).",
+        "",
+        "| model | eager first call ms | cold ms (airgraph's own ms) | warm cache ms (own ms, hits) "
+        "| exported load+first ms | exported later call ms | aot load+first ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in first["rows"]:
+        s, c, w, x, t = (r.get(k, {}) for k in ("setup", "cold", "warm", "exported", "aot"))
+        eager = _cell_error(s["error"]) if "error" in s else f"{s['eager_first_ms']:.1f}"
+        cold = _cell_error(c["error"]) if "error" in c else f"{c['total_ms']:.0f} ({c['own_ms']:.1f})"
+        warm = _cell_error(w["error"]) if "error" in w else \
+            f"{w['total_ms']:.0f} ({w['own_ms']:.1f}, {w['cache']['hits']} hit{'s' * (w['cache']['hits'] != 1)})"
+        exp = _cell_error(x["error"]) if "error" in x else f"{x['total_ms']:.1f}"
+        later = "" if "error" in x else _ms(x["later_ms"])
+        aot = _cell_error(t["error"]) if "error" in t else f"{t['total_ms']:.1f}"
+        name = r["model"] + (f" (LOADED: {', '.join(r['loaded'])})" if r.get("loaded") else "")
+        lines.append(f"| {name} | {eager} | {cold} | {warm} | {exp} | {later} | {aot} |")
+    ov = first.get("overhead") or {}
+    if "error" in ov:
+        lines += ["", f"Per-call overhead (x * 2 + 1 on 16 floats): {_cell_error(ov['error'], 200)}"]
+    elif ov:
+        lines += ["", f"Per-call overhead: `x * 2 + 1` on 16 floats, median of {ov['calls']} calls: eager "
+                      f"{ov['eager_us']:.1f} us, torch.compile(backend=\"airgraph\") {ov['compiled_us']:.1f} us, "
+                      f"the exported graph loaded with airgraph.load {ov['loaded_us']:.1f} us."]
+    return lines
+
+
+def _first_call_targets(first: dict) -> list[dict]:
+    """The issue's first-call targets, each met / missed / not evaluated with its figures."""
+    out = []
+    rows = first["rows"]
+
+    def target(text, figures, problems, ok, absent):
+        if not figures and not problems:
+            status, detail = "not evaluated", absent
+        else:
+            status = "met" if ok and not problems else "missed"
+            detail = ", ".join(figures + problems)
+        out.append(dict(target=text, status=status, detail=detail))
+
+    figures, problems, ok = [], [], True
+    for r in rows:
+        w = r.get("warm", {})
+        if "error" in w:
+            problems.append(f"{r['model']} warm run failed")
+        else:
+            ok &= w["own_ms"] <= WARM_OWN_TARGET_MS and w["cache"]["hits"] > 0
+            hits = w["cache"]["hits"]
+            figures.append(f"{r['model']} {w['own_ms']:.1f} ms ({hits} hit{'s' * (hits != 1)})")
+    target(f"warm-cache first call: airgraph's own part at most {WARM_OWN_TARGET_MS:.0f} ms per zoo model",
+           figures, problems, ok, "no model measured")
+    # cold - warm over cold - (Dynamo + a later call): the share of what a cache could save that it saved
+    figures, problems, ok = [], [], True
+    for r in rows:
+        c, w = r.get("cold", {}), r.get("warm", {})
+        if "error" in c or "error" in w:
+            problems.append(f"{r['model']} {'cold' if 'error' in c else 'warm'} run failed")
+            continue
+        floor = c["dynamo_ms"] + w["later_ms"]
+        frac = (c["total_ms"] - w["total_ms"]) / max(1e-9, c["total_ms"] - floor)
+        ok &= frac >= WARM_SAVED_TARGET
+        figures.append(f"{r['model']} cold {c['total_ms']:.0f} -> warm {w['total_ms']:.0f} ms, Dynamo ~{c['dynamo_ms']:.0f} "
+                       f"ms (warm: ~{w['dynamo_ms']:.0f}, AOTAutograd+airgraph {w['backend_ms']:.0f}), saved "
+                       f"{frac:.0%}")
+    target(f"warm total lower than cold by everything but Dynamo's tracing (saved share of cold - (Dynamo + a "
+           f"later call) >= {WARM_SAVED_TARGET:.0%}; Dynamo's share estimated as the first call minus the time in "
+           "the backend (AOTAutograd + airgraph) and minus the engine's first run)", figures, problems, ok,
+           "no model measured")
+    figures, problems, ok = [], [], True
+    for r in rows:
+        x = r.get("exported", {})
+        if "error" in x:
+            problems.append(f"{r['model']} {x['error'][:80]}")
+        else:
+            ok &= x["total_ms"] <= LOAD_TARGET_MS
+            figures.append(f"{r['model']} {x['total_ms']:.0f} ms (load {x['load_ms']:.0f} + first {x['first_ms']:.0f})")
+    target(f"airgraph.load(path) + first call at most {LOAD_TARGET_MS / 1000:g} s for every zoo model", figures,
+           problems, ok, "no model measured")
+    ov = first.get("overhead") or {}
+    if "loaded_us" in ov:
+        target(f"loaded call overhead at most {OVERHEAD_TARGET_US:g} us (x * 2 + 1 on 16 floats)",
+               [f"{ov['loaded_us']:.1f} us (eager {ov['eager_us']:.1f}, torch.compile {ov['compiled_us']:.1f})"], [],
+               ov["loaded_us"] <= OVERHEAD_TARGET_US, "")
+    else:
+        target(f"loaded call overhead at most {OVERHEAD_TARGET_US:g} us (x * 2 + 1 on 16 floats)", [],
+               [ov.get("error", "not measured")] if ov else [], False, "not measured")
+    return out
+
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -634,24 +980,39 @@ def main():
     ap.add_argument("--generation-new", type=int, default=GEN_NEW, help="new tokens per generate() (decode's span)")
     ap.add_argument("--generation-repeats", type=int, default=GEN_REPEATS,
                     help="generate() calls per median (prefill and decode)")
+    ap.add_argument("--no-first-call", action="store_true", help="skip the first-call section")
+    ap.add_argument("--first-call-only", action="store_true",
+                    help="only the first-call section (no latency cells, no generation, no micro-benchmarks)")
+    ap.add_argument("--first-call-repeats", type=int, default=1,
+                    help="fresh processes per figure of the first-call section (the median one is reported)")
+    ap.add_argument("--first-call-models", default="",
+                    help="comma-separated zoo models for the first-call section (default: the --models list, or all)")
     ap.add_argument("--tiny", action="store_true",
-                    help="a smoke run for tests (about two minutes): --size small --models minilm --batches 1 "
+                    help="a smoke run for tests (about three minutes): --size small --models minilm --batches 1 "
                          "--backends eager,airgraph --runs 3 --warmup 1 --min-seconds 0 --generation-models small "
-                         "--generation-new 16 --generation-repeats 3 --no-micro (flags given explicitly still apply)")
+                         "--generation-new 16 --generation-repeats 3 --first-call-models resnet50 --no-micro "
+                         "(flags given explicitly still apply)")
     ap.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "BATCH"), help=argparse.SUPPRESS)
     ap.add_argument("--latency-worker", nargs=3, metavar=("MODEL", "BATCH", "BACKENDS"), help=argparse.SUPPRESS)
     ap.add_argument("--skip", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--chain-worker", nargs=5, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--first-call-worker", nargs=3, metavar=("MODE", "MODEL", "FOLDER"), help=argparse.SUPPRESS)
+    ap.add_argument("--overhead-worker", metavar="FOLDER", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     if "--tiny" in argv:
         given = {x.split("=")[0] for x in argv}
         defaults = [("--size", "small"), ("--models", "minilm"), ("--batches", "1"), ("--backends", "eager,airgraph"),
                     ("--runs", "3"), ("--warmup", "1"), ("--min-seconds", "0"), ("--generation-models", "small"),
-                    ("--generation-new", "16"), ("--generation-repeats", "3")]
+                    ("--generation-new", "16"), ("--generation-repeats", "3"),
+                    ("--first-call-models", "resnet50")]
         argv = [t for k, v in defaults if k not in given for t in (k, v)] + argv + ["--no-micro"]
     a = ap.parse_args(argv)
     if a.generation_only and (a.no_generation or a.micro_only):
         ap.error("--generation-only excludes --no-generation and --micro-only")
+    if a.first_call_repeats < 1:
+        ap.error("--first-call-repeats needs at least 1")
+    if a.first_call_only and (a.no_first_call or a.micro_only or a.generation_only):
+        ap.error("--first-call-only excludes --no-first-call, --micro-only and --generation-only")
     bad = [m for m in a.generation_models.split(",") if m and m not in GEN_MODEL_CHOICES]
     if bad:
         ap.error(f"--generation-models: unknown {', '.join(bad)} (choose from {', '.join(GEN_MODEL_CHOICES)})")
@@ -659,6 +1020,12 @@ def main():
         ap.error("--generation-new needs at least 2 tokens (decode is the difference to 1), --generation-repeats 1")
     if a.chain_worker:
         print("RESULT " + json.dumps(chain_worker(*a.chain_worker)))
+        return
+    if a.first_call_worker:
+        print("RESULT " + json.dumps(first_call_worker(*a.first_call_worker, a.size)))
+        return
+    if a.overhead_worker:
+        print("RESULT " + json.dumps(overhead_worker(a.overhead_worker)))
         return
     if a.worker:
         print("RESULT " + json.dumps(cold_worker(a.worker[0], a.worker[1], int(a.worker[2]), a.size)))
@@ -672,16 +1039,25 @@ def main():
     # Only the whole benchmark replaces the committed results; a narrowed run goes to a temp dir unless --out says
     whole = (a.size == "full" and not a.models and a.backends == ",".join(BACKENDS) and not a.batches
              and not a.micro_only and not a.no_micro and not a.no_generation and not a.generation_only
-             and not a.generation_models and a.generation_new == GEN_NEW and a.generation_repeats == GEN_REPEATS)
+             and not a.generation_models and a.generation_new == GEN_NEW and a.generation_repeats == GEN_REPEATS
+             and not a.no_first_call and not a.first_call_only and not a.first_call_models
+             and a.first_call_repeats == 1)
     out = a.out or (RESULTS if whole else os.path.join(tempfile.gettempdir(), "airgraph_bench"))
     os.makedirs(out, exist_ok=True)
-    models = []
+    models, first_models = [], []
     if not a.micro_only and not a.generation_only:
         from airgraph import zoo
 
         models = [m for m in a.models.split(",") if m] or zoo.names()
-    gen_models = [] if a.micro_only or a.no_generation else [m for m in (a.generation_models or GEN_MODELS).split(",")
-                                                             if m]
+        if not a.no_first_call:
+            first_models = [m for m in a.first_call_models.split(",") if m] or models
+            bad = [m for m in first_models if m not in zoo.names()]
+            if bad:
+                ap.error(f"--first-call-models: unknown {', '.join(bad)} (choose from {', '.join(zoo.names())})")
+        if a.first_call_only:
+            models = []
+    gen_models = [] if a.micro_only or a.no_generation or a.first_call_only else [
+        m for m in (a.generation_models or GEN_MODELS).split(",") if m]
     backends = a.backends.split(",")
     cpu = cpu_info()
     import torch
@@ -698,11 +1074,12 @@ def main():
                 cells.append(bench_cell(m, batch, backends, a, cache_root))
     finally:
         shutil.rmtree(cache_root, ignore_errors=True)
+    first = first_calls(first_models, a) if first_models else None
     gen = generation(gen_models, backends, a) if gen_models else None
     micro_rows, fusion_rows, eng = [], [], {}
-    if "airgraph" in backends and not a.no_micro and not a.generation_only:
+    if "airgraph" in backends and not a.no_micro and not a.generation_only and not a.first_call_only:
         micro_rows, fusion_rows, eng = micro(), fusion(), engine_overhead()
-    write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run, gen)
+    write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run, gen, first)
 
 
 def _loaded(cell) -> bool:
@@ -717,7 +1094,7 @@ def _ms(x: float) -> str:
     return f"{x:.1f}" if x >= 100 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
-def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, gen=None):
+def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, gen=None, first=None):
     import torch
 
     rounds = sorted({c["rounds"] for c in cells})
@@ -795,9 +1172,11 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
                          f"{r['peak_rss_mb']:.0f} |")
     if cells:
         lines += zoo_lines
+    if first:
+        lines += _first_call_lines(first)
     if gen:
         lines += _generation_lines(gen)
-    targets, gen_targets = _targets(cells, gen)
+    targets, gen_targets = _targets(cells, gen, first)
     lines += targets
     if micro_rows:
         n0, n1 = micro_rows[0]["nodes"]
@@ -827,7 +1206,7 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
         json.dump(dict(machine=dict(cpu, torch=torch.__version__, threads=THREADS, size=a.size),
                        settings=dict(runs=a.runs, warmup=a.warmup, min_seconds=a.min_seconds, rank_margin=RANK_MARGIN),
                        elapsed_s=elapsed_s, cells=cells, micro=micro_rows, fusion=fusion_rows, engine=eng,
-                       generation=dict(gen, targets=gen_targets) if gen else None), f, indent=1)
+                       generation=dict(gen, targets=gen_targets) if gen else None, first_call=first), f, indent=1)
     _chart(cells, out)
     print(f"wrote {os.path.join(out, 'latest.md')}, latest.json{', latest.png' if cells else ''} ({elapsed_s:.0f} s)")
 
@@ -940,7 +1319,7 @@ def _generation_targets(gen: dict | None) -> list[dict]:
     return out
 
 
-def _targets(cells, gen=None) -> tuple[list[str], list[dict]]:
+def _targets(cells, gen=None, first=None) -> tuple[list[str], list[dict]]:
     """The Targets section's lines, and the generation targets as dicts (for latest.json)."""
     summary = []
     pairs = [c for c in cells if "airgraph_vs_inductor" in c]
@@ -979,6 +1358,11 @@ def _targets(cells, gen=None) -> tuple[list[str], list[dict]]:
               for c in cells if _loaded(c)]
     loaded += [f"generation {m} (other processes {ld['other_load']:.0%}, steal {ld['steal']:.0%})"
                for m, ld in (gen or {}).get("load", {}).items() if _loaded(ld)]
+    if first and first["targets"]:
+        summary.append(f"- first call ({first['size']} configs; models measured: "
+                       f"{', '.join(r['model'] for r in first['rows'])}):")
+        for t in first["targets"]:
+            summary.append(f"  - {t['target']}: **{t['status']}**" + (f": {t['detail']}" if t["detail"] else ""))
     gen_targets = _generation_targets(gen)
     if gen_targets:
         summary.append(f"- generation (medians of {gen['repeats']} generate() calls per figure, one process per cell, "

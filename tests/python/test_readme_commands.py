@@ -8,8 +8,8 @@ inherited when a developer set them), never in this test process.
 - the README's first Python block, as written there;
 - the Debugging section's command lines (data dumps, then `python -m airgraph.debug
   compare`), as written there;
-- bench/run.py in its tiny configuration (its generation section included) and bench/zoo_report.py on
-  one small model.
+- bench/run.py in its tiny configuration (its generation and first-call sections included) and
+  bench/zoo_report.py on one small model.
 """
 import json
 import os
@@ -273,6 +273,26 @@ def test_bench_tiny(tmp_path):
     assert status["0.5B decode within 1.3x of the bandwidth floor"] == "not evaluated", status
     assert re.search(r"decode at least 2\.5x faster than eager on small .*: \*\*(met|missed)\*\*: "
                      r"small dynamic b1 [\d.]+x", md), md
+    # the first-call section: under --tiny resnet50 small, each way to start in a fresh process
+    assert "**First call**" in md, md
+    num = r"[\d.]+"
+    assert re.search(rf"^\| resnet50( \(LOADED: [a-z, ]+\))? \| {num} \| {num} \({num}\) \| {num} \({num}, \d+ hits?\) "
+                     rf"\| {num} \| {num} \| ({num}|error: .+) \|$", md, re.M), md
+    first = data["first_call"]
+    (row,) = first["rows"]
+    assert row["model"] == "resnet50" and row["setup"]["eager_first_ms"] > 0, row
+    cold, warm, exported = row["cold"], row["warm"], row["exported"]
+    assert cold["total_ms"] > cold["own_ms"] > 0 and cold["cache"]["writes"] >= 1, cold
+    assert warm["cache"]["hits"] >= 1 and warm["cache"]["misses"] == 0, warm  # the cold process's entries
+    assert exported["total_ms"] > 0 and exported["later_ms"] > 0 and exported["dynamo_frames"] == 0, exported
+    for r in (cold, warm, exported):
+        assert r["max_diff"] < 1e-3, r
+    ov = first["overhead"]
+    assert ov["loaded_us"] > 0 and ov["eager_us"] > 0 and ov["compiled_us"] > 0, ov
+    status = {t["target"].split(" (")[0].split(":")[0]: t["status"] for t in first["targets"]}
+    assert set(status.values()) <= {"met", "missed"} and len(status) == 4, first["targets"]
+    assert re.search(r"airgraph\.load\(path\) \+ first call at most 1 s for every zoo model: \*\*(met|missed)\*\*: "
+                     r"resnet50 \d+ ms", md), md
     assert (committed.stat().st_mtime if committed.exists() else None) == before
 
 
