@@ -270,14 +270,17 @@ std::string GraphFile::save(const Graph& g, const SaveOptions& opt) {
     w.type(v->type);
     if (v->kind == ValueKind::Const && inline_data) {
       const size_t nbytes = v->type.nbytes();
-      AG_CHECK(v->storage && v->storage->data && v->storage->nbytes >= nbytes, "constant %", v->name,
-               " has no data to save");
-      size_t off = align64(data.size());
-      data.resize(off);
-      data.append(static_cast<const char*>(v->storage->data), nbytes);
+      AG_CHECK(nbytes == 0 || (v->storage && v->storage->data && v->storage->nbytes >= nbytes), "constant %",
+               v->name, " has no data to save");
+      size_t off = 0;  // (an empty constant has no bytes and claims none)
+      if (nbytes) {
+        off = align64(data.size());
+        data.resize(off);
+        data.append(static_cast<const char*>(v->storage->data), nbytes);
+      }
       w.put<uint64_t>(off);
       w.put<uint64_t>(nbytes);
-      w.put<uint32_t>(crc32c(v->storage->data, nbytes));
+      w.put<uint32_t>(nbytes ? crc32c(v->storage->data, nbytes) : crc32c(nullptr, 0));
     }
   }
   w.count(g.inputs_.size());

@@ -19,6 +19,7 @@ airgraph.clear_cache() empties it.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -67,10 +68,20 @@ def _meta_text(v) -> str:
     return repr(type(v).__name__) + ":" + str(v)
 
 
+def _arg_text(a) -> str:
+    if isinstance(a, torch.fx.Node):
+        return "%" + a.name
+    if isinstance(a, (list, tuple)):
+        return "[" + ",".join(_arg_text(x) for x in a) + "]"
+    if isinstance(a, dict):
+        return "{" + ",".join(f"{k}:{_arg_text(v)}" for k, v in a.items()) + "}"
+    return repr(a)
+
+
 def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> str:
     """The SHA-256 of everything lower_graph reads from `gm` and `consts` (see the module text)."""
     from . import __version__
-    from .compiler import get_attr_tensor, source_line
+    from .compiler import get_attr_tensor
 
     global _CPU
     if _CPU is None:
@@ -83,7 +94,9 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> str:
             h.update(b"\x00")
 
     put(FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU)
-    put(gm.code)
+    # every node's kind, target and arguments (not gm.code: a lazy graph module would generate its
+    # Python code just for this); with the placeholders' types the other nodes' types follow (a
+    # static graph), and the source lines are added for the messages that name them
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, n in enumerate(phs):
         c = consts.get(i)
@@ -91,14 +104,17 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> str:
             "input" if c is None else f"const {c.dtype} {tuple(c.shape)}")
     for n in gm.graph.nodes:
         if n.op == "call_function":
-            put("n", n.name, n.target, n.args, sorted(n.kwargs.items()), _meta_text(n.meta.get("val")),
-                source_line(n))
+            put(n.name, n.target, _arg_text(n.args), _arg_text(n.kwargs))
+            h.update(n.meta.get("stack_trace", "").encode())
         elif n.op == "get_attr":
             t = get_attr_tensor(n)
             if isinstance(t, torch.Tensor):
                 t = t.detach().contiguous()
                 put("attr", n.name, t.dtype, tuple(t.shape))
-                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                if t.numel():
+                    h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+        elif n.op == "output":
+            put("out", _arg_text(n.args))
     put("writes", gm.meta.get("airgraph_input_writes", ()))
     return h.hexdigest()
 

@@ -79,6 +79,17 @@ TEST(GraphFile, SavedAndLoadedGraphIsTheSameAndComputesTheSame) {
   EXPECT_EQ(save_graph(*loaded.graph, SaveOptions{true, "test", "{\"k\": 1}"}), bytes);
 }
 
+TEST(GraphFile, EmptyConstantsRoundTrip) {
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {2, 3}), "x");
+  Value* e = g.add_const(TensorType(DType::f32, {2, 0}), std::make_shared<Storage>(), "empty");
+  Node* c = g.add_node("cat", {x, e}, attrs({{"dim", int64_t{1}}}), "c");
+  g.set_outputs({c->out()});
+  std::string bytes = save_graph(g, SaveOptions{});
+  auto loaded = load_graph(bytes.data(), bytes.size(), nullptr, nullptr);
+  EXPECT_EQ(loaded.graph->str(), g.str());
+}
+
 TEST(GraphFile, ConstantsByNameComeFromTheResolver) {
   auto g = sample_graph();
   std::string bytes = save_graph(*g, SaveOptions{false, "", ""});
