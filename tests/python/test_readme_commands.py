@@ -412,3 +412,29 @@ def test_zoo_dynamic_benchmark_one_model():
     cells = [c.strip() for c in row.split("|")]
     assert cells[4] == "0", f"fallback nodes: {row}"
     assert float(cells[5]) < 1e-4, f"differs from eager: {row}"
+
+
+def test_export_example_and_cli_commands():
+    # README "Deploying": examples/export.py, then airgraph-run on its file, exactly as written there
+    import shutil
+
+    block = next(b for b in _readme_blocks("bash") if "examples/export.py" in b)
+    lines = [shlex.split(l.split("#")[0]) for l in block.splitlines() if l.strip()]
+    assert lines[0][:2] == [".venv/bin/python", "examples/export.py"], lines
+    shutil.rmtree(ROOT / "export_demo", ignore_errors=True)
+    try:
+        out = _ok(_python(lines[0][1:], timeout=600))
+        assert out.rstrip().splitlines()[-1] == "OK", out
+        # the CLI: the venv's (an installed package) or the build folder's (a development tree)
+        venv_cli = ROOT / ".venv/bin/airgraph-run"
+        dev = os.environ.get("AIRGRAPH_EXT_DIR")
+        cli = str(venv_cli) if venv_cli.exists() and not dev else os.path.join(os.path.abspath(dev or ""), "airgraph-run")
+        outs = []
+        for argv in lines[1:]:
+            assert argv[0] == ".venv/bin/airgraph-run", argv
+            p = subprocess.run([cli, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+            outs.append(_ok(p))
+        assert "ids: int64[" in outs[0] and "symbols:" in outs[0], outs[0]
+        assert "median" in outs[1] and (ROOT / "export_demo" / "out0.npy").exists(), outs[1]
+    finally:
+        shutil.rmtree(ROOT / "export_demo", ignore_errors=True)
