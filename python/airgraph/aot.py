@@ -83,10 +83,8 @@ class AirgraphCompiled(SerializableCallable):
         gm, consts, config = s["gm"], s["consts"], s["config"]
         low = lower_graph(gm, consts)
         phs = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-        meta = {"version": ARTIFACT_VERSION, "airgraph": __version__, "torch": torch.__version__,
-                "input_positions": low.input_positions,
-                "scalar_inputs": {str(k): str(v).replace("torch.", "") for k, v in low.scalar_inputs.items()},
-                "num_outputs": low.num_outputs, "consts": {str(i): phs[i] for i in consts},
+        meta = {"version": ARTIFACT_VERSION, "airgraph": __version__, "torch": torch.__version__, **low.feeding(),
+                "consts": {str(i): phs[i] for i in consts},
                 "writes": [list(w) for w in gm.meta.get("airgraph_input_writes", ())],
                 "config": {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
                            if f.name not in ("cache_dir", "dump_dir")}}
@@ -116,18 +114,10 @@ class LoadedAot:
         self._lock = threading.Lock()
 
     def _lowered(self, consts: dict):
-        from .compiler import Lowered
+        from .compiler import Lowered, const_resolver
 
-        by_name = {self.consts[i]: t for i, t in consts.items()}
-
-        def resolve(name, dtype, shape):
-            t = by_name.get(name)
-            return None if t is None else (t.detach() if t.is_contiguous() else t.detach().contiguous())
-
-        g, _, _ = C.load_graph_bytes(self.graph_bytes, resolve)
-        m = self.meta
-        return Lowered(g, list(m["input_positions"]), {int(k): getattr(torch, v) for k, v in m["scalar_inputs"].items()},
-                       m["num_outputs"], {})
+        g, _, _ = C.load_graph_bytes(self.graph_bytes, const_resolver({self.consts[i]: t for i, t in consts.items()}))
+        return Lowered.from_feeding(g, self.meta)
 
     def _build(self, args):
         from .compiler import CompileReport, EngineGraph, _Binder, _checked, _writing_inputs

@@ -125,7 +125,7 @@ def _path(folder: str, key: str) -> str:
 
 def load(folder: str, key: str, gm, consts):
     """The cached Lowered for `key`, or None (a miss, or an entry that could not be used: removed)."""
-    from .compiler import Lowered
+    from .compiler import Lowered, const_resolver
 
     path = _path(folder, key)
     if not os.path.exists(path):
@@ -133,14 +133,7 @@ def load(folder: str, key: str, gm, consts):
             _stats["misses"] += 1
         return None
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    by_name = {phs[i].name: t for i, t in consts.items() if i < len(phs)}
-
-    def resolve(name, dtype, shape):
-        t = by_name.get(name)
-        if t is None:
-            return None
-        t = t.detach()
-        return t if t.is_contiguous() else t.contiguous()
+    resolve = const_resolver({phs[i].name: t for i, t in consts.items() if i < len(phs)})
 
     try:
         with open(path, "rb") as f:
@@ -149,9 +142,7 @@ def load(folder: str, key: str, gm, consts):
         meta = json.loads(text)
         if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION or meta.get("key") != key:
             raise EngineError(f"not a {FORMAT} v{FORMAT_VERSION} entry for this key")
-        low = Lowered(g, list(meta["input_positions"]),
-                      {int(k): getattr(torch, v) for k, v in meta["scalar_inputs"].items()}, meta["num_outputs"],
-                      {int(k): v for k, v in meta["fx_names"].items()})
+        low = Lowered.from_feeding(g, meta)
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
         log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", path, type(e).__name__,
                     str(e).splitlines()[0] if str(e) else "")
@@ -173,10 +164,7 @@ def store(folder: str, key: str, gm, consts, low) -> None:
     from . import __version__
 
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key,
-            "input_positions": list(low.input_positions),
-            "scalar_inputs": {str(k): str(v).replace("torch.", "") for k, v in low.scalar_inputs.items()},
-            "num_outputs": low.num_outputs, "fx_names": {str(k): v for k, v in low.fx_names.items()}}
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, **low.feeding()}
     try:
         data = low.g.save(True, f"airgraph {__version__}", json.dumps(meta),
                           [phs[i].name for i in consts if i < len(phs)])

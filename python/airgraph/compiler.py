@@ -217,6 +217,30 @@ class Lowered:
         """The same lowering at other sizes (a graph lowered once for every size)."""
         return dataclasses.replace(self, g=self.g.instantiate(list(sizes)))
 
+    def feeding(self) -> dict:
+        """How to feed the graph, as JSON-ready data (saved beside the graph in an airgraph file)."""
+        return {"input_positions": list(self.input_positions),
+                "scalar_inputs": {str(k): str(v).replace("torch.", "") for k, v in self.scalar_inputs.items()},
+                "num_outputs": self.num_outputs, "fx_names": {str(k): v for k, v in self.fx_names.items()}}
+
+    @classmethod
+    def from_feeding(cls, g, d: dict) -> "Lowered":
+        return cls(g, list(d["input_positions"]), {int(k): getattr(torch, v) for k, v in d["scalar_inputs"].items()},
+                   d["num_outputs"], {int(k): v for k, v in d.get("fx_names", {}).items()})
+
+
+def const_resolver(by_name: dict):
+    """For C.load_graph_bytes: a constant written by name -> this process's tensor of that name."""
+
+    def resolve(name, dtype, shape):
+        t = by_name.get(name)
+        if t is None:
+            return None
+        t = t.detach()
+        return t if t.is_contiguous() else t.contiguous()
+
+    return resolve
+
 
 def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lowered:
     """Lowers every node of `gm` (placeholders at `consts` positions become constants)."""
