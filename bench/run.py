@@ -835,18 +835,20 @@ def _first_call_lines(first: dict) -> list[str]:
     return lines
 
 
+def _target_row(text, figures, problems, ok, absent) -> dict:
+    """One target: met / missed with its figures and problems, or not evaluated (`absent` says why)."""
+    if not figures and not problems:
+        return dict(target=text, status="not evaluated", detail=absent)
+    return dict(target=text, status="met" if ok and not problems else "missed", detail=", ".join(figures + problems))
+
+
 def _first_call_targets(first: dict) -> list[dict]:
     """The issue's first-call targets, each met / missed / not evaluated with its figures."""
     out = []
     rows = first["rows"]
 
     def target(text, figures, problems, ok, absent):
-        if not figures and not problems:
-            status, detail = "not evaluated", absent
-        else:
-            status = "met" if ok and not problems else "missed"
-            detail = ", ".join(figures + problems)
-        out.append(dict(target=text, status=status, detail=detail))
+        out.append(_target_row(text, figures, problems, ok, absent))
 
     figures, problems, ok = [], [], True
     for r in rows:
@@ -1254,12 +1256,7 @@ def _generation_targets(gen: dict | None) -> list[dict]:
         return r[key], ""
 
     def target(text, figures, problems, ok, absent):
-        if not figures and not problems:
-            status, detail = "not evaluated", absent
-        else:
-            status = "met" if ok and not problems else "missed"
-            detail = ", ".join(figures + problems)
-        out.append(dict(target=text, status=status, detail=detail))
+        out.append(_target_row(text, figures, problems, ok, absent))
 
     def compare(text, model_filter, a_backend, b_backend, key, limit, fmt, absent):
         """a / b per cell (a_backend's figure over b_backend's): met when every ratio passes `limit`."""

@@ -16,6 +16,7 @@
 #include "ir/serialize.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
+#include "sample_graphs.h"
 #include "test_util.h"
 
 namespace ag {
@@ -26,27 +27,7 @@ using test::attrs;
 // A small symbolic graph with every kind of content: a symbol and expressions, an input with a
 // symbolic dim, constants, a node with a symbolic attribute, attributes of several types, a
 // source line, an input the graph writes.
-std::unique_ptr<Graph> sample_graph() {
-  auto g = std::make_unique<Graph>();
-  g->add_symbol("s0");
-  int s0 = g->add_expr(SizeExpr{{kSym, 0}, "s0"});
-  int s0x2 = g->add_expr(SizeExpr{{kSym, 0, kConst, 2, kMul}, "2*s0"});
-  Value* x = g->add_input(TensorType(DType::f32, {3, 4}), "x");
-  g->set_dim_exprs(x, {s0, -1});
-  Value* state = g->add_input(TensorType(DType::f32, {4}), "state");
-  auto w = Storage::allocate(4 * sizeof(float));
-  for (int i = 0; i < 4; ++i) static_cast<float*>(w->data)[i] = 0.5f * (i + 1);
-  Value* wc = g->add_const(TensorType(DType::f32, {4}), w, "weight");
-  Node* m = g->add_node("mul", {x, wc}, Attrs{}, "scaled", "model.py:3 in forward: y = x * self.weight");
-  Node* r = g->add_node("reshape", {m->out()}, attrs({{"shape", Shape{6, 2}}}), "r");
-  r->sym_attrs.push_back(SymAttr{"shape", 0, s0x2});
-  Node* y = g->add_node("relu", {r->out()}, Attrs{}, "y");
-  g->set_dim_exprs(y->out(), {s0x2, -1});
-  Node* upd = g->add_node("add", {state, wc}, attrs({{"alpha", 2.0}}), "state_new");
-  g->set_outputs({y->out(), upd->out()});
-  g->set_input_writes({{1, 1}});
-  return g;
-}
+std::unique_ptr<Graph> sample_graph() { return test::symbolic_sample_graph(false); }
 
 std::vector<float> run_at(const Graph& sym, int64_t s0, std::vector<float>* state_out) {
   auto g = sym.instantiate({s0});
