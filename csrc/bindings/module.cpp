@@ -287,7 +287,7 @@ class PyExecutable {
       if (!is_contiguous(a)) fail("input ", i, " must be contiguous");
       ptrs[i] = a.data();
     }
-    if (threads > 0) set_num_threads(threads);
+    ThreadCountScope thread_count(threads);
     std::vector<OutBuffer> outs;
     {
       nb::gil_scoped_release nogil;
@@ -472,7 +472,7 @@ NB_MODULE(_C, m) {
             const Program& P = *e.prog;
             AG_CHECK(ins.size() == P.input_types.size() && roots.size() == P.external_bytes.size(),
                      "run_ptrs: expected ", P.input_types.size(), " inputs and ", P.external_bytes.size(), " roots");
-            if (threads > 0) set_num_threads(threads);
+            ThreadCountScope thread_count(threads);
             nb::gil_scoped_release nogil;
             e.run_into(reinterpret_cast<const void* const*>(ins.data()), reinterpret_cast<void* const*>(roots.data()));
           },
@@ -526,7 +526,7 @@ NB_MODULE(_C, m) {
               }
             }
             for (Py_ssize_t i = 0; i < nr; ++i) ptrs[ni + i] = ptr_of(PyList_GET_ITEM(roots.ptr(), i));
-            if (threads > 0) set_num_threads(threads);
+            ThreadCountScope thread_count(threads);
             nb::gil_scoped_release nogil;
             e.run_into(const_cast<const void* const*>(ptrs), ptrs + ni);
           },

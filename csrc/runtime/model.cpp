@@ -225,7 +225,7 @@ std::vector<ModelOutput> Model::run(const std::vector<HostTensor>& inputs, int t
              "airgraph model: internal: input '", inputs_[i].name, "' is compiled as ", P.input_types[i].str());
     ptrs[i] = inputs[i].data;
   }
-  if (threads > 0) set_num_threads(threads);
+  ThreadCountScope thread_count(threads);
   std::vector<OutBuffer> outs;
   {
     ExecutorPool::Lease ex = c->pool->acquire();

@@ -13,9 +13,7 @@ int num_threads() {
 // so the oneDNN primitives it runs follow the same count.
 void set_num_threads(int n) {
   int want = n > 0 ? n : omp_get_max_threads();
-  if (want != t_threads) {
-    t_threads = want;
-    omp_set_num_threads(want);
-  }
+  t_threads = want;
+  if (omp_get_max_threads() != want) omp_set_num_threads(want);  // (torch may have set it since)
 }
 }  // namespace ag

@@ -14,6 +14,20 @@ namespace ag {
 int num_threads();
 void set_num_threads(int n);
 
+// One call's thread count: `n` (n <= 0: the calling thread's current OpenMP setting) while the scope
+// lives, then the calling thread's own setting again, so a model compiled with num_threads never
+// changes the thread count of the torch ops its caller runs next.
+class ThreadCountScope {
+ public:
+  explicit ThreadCountScope(int n) : prev_(omp_get_max_threads()) { set_num_threads(n > 0 ? n : prev_); }
+  ~ThreadCountScope() { set_num_threads(prev_); }
+  ThreadCountScope(const ThreadCountScope&) = delete;
+  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
+
+ private:
+  int prev_;
+};
+
 // Calls f(begin, end) on disjoint chunks of [0, n); serial when n < 2 * grain.
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {

@@ -84,3 +84,15 @@ def test_threads_match_single_thread_bit_for_bit():
     assert not errors, errors
     assert sum(done) == n_threads * n_calls
     assert sum(bad) == 0, f"{sum(bad)} of {sum(done)} concurrent results differ from the single-threaded ones"
+
+
+def test_a_model_with_its_own_thread_count_leaves_the_callers_alone():
+    # CompilerConfig(num_threads=k) applies to the engine's call only: the calling thread's torch
+    # thread count (which Dynamo's guards also read) is the same after the call
+    before = torch.get_num_threads()
+    k = before + 3
+    f = torch.compile(lambda x: x * 2 + 1, backend=airgraph.get_backend(airgraph.CompilerConfig(num_threads=k)))
+    x = torch.randn(64)
+    for _ in range(3):  # the checked call, then the thin path
+        torch.testing.assert_close(f(x), x * 2 + 1)
+        assert torch.get_num_threads() == before
