@@ -120,10 +120,9 @@ class LoadedAot:
         return Lowered.from_feeding(g, self.meta)
 
     def _build(self, args):
-        from .compiler import CompileReport, EngineGraph, _Binder, _checked, _writing_inputs
+        from .compiler import CompileReport, EngineGraph, _Binder, _checked, _writing_inputs, graph_without_fx
 
-        gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
-        gm.meta = {"airgraph_input_writes": self.writes}
+        gm = graph_without_fx(self.writes)
 
         def build(consts, changed, prev, report):
             eg = EngineGraph(gm, consts, self.config, report, lowered=self._lowered(consts))

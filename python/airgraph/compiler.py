@@ -229,6 +229,14 @@ class Lowered:
                    d["num_outputs"], {int(k): v for k, v in d.get("fx_names", {}).items()})
 
 
+def graph_without_fx(input_writes=()) -> torch.fx.GraphModule:
+    """The FX graph an EngineGraph keeps (for dumps and its input writes) when it is built from a
+    loaded airgraph file: an empty one, with the file's input writes."""
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    gm.meta = {"airgraph_input_writes": list(input_writes)} if input_writes else {}
+    return gm
+
+
 def const_resolver(by_name: dict):
     """For C.load_graph_bytes: a constant written by name -> this process's tensor of that name."""
 

@@ -32,8 +32,9 @@ import threading
 import torch
 
 from ._core import C, EngineError
-from .compiler import (CompileReport, EngineGraph, Lowered, ShapeSpec, SymbolicEngineGraph, graph_symbols,
-                       hint_sizes, lower_graph, node_support, source_line, target_name)
+from .compiler import (CompileReport, EngineGraph, Lowered, ShapeSpec, SymbolicEngineGraph, _key_function,
+                       graph_symbols, graph_without_fx, hint_sizes, lower_graph, node_support, source_line,
+                       target_name)
 from .config import CompilerConfig
 from .decompositions import decomposition_table
 from .lowering import Unsupported, bound_sizes
@@ -196,15 +197,9 @@ def _compare(got, want, atol, rtol):
                                   f"{b.dtype}{list(b.shape)}, max abs difference {diff}")
 
 
-def _stub_gm():
-    """The FX graph an EngineGraph keeps for dumps and input writes: an empty one for a loaded file."""
-    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
-    gm.meta = {}
-    return gm
-
-
 class LoadedModel:
-    """A model loaded from an airgraph file: call it like the model (positional arguments)."""
+    """A model loaded from an airgraph file: call it like the model (the exported positional and
+    keyword inputs)."""
 
     def __init__(self, path: str, config: CompilerConfig | None = None):
         self.path = path
@@ -224,7 +219,7 @@ class LoadedModel:
                                {i["arg"]: getattr(torch, i["dtype"]) for i in ins if i["scalar"]},
                                meta["num_outputs"], {})
         self.symbols = meta["symbols"]
-        self._getters = meta["getters"]
+        self._key = _key_function([tuple(g) for g in meta["getters"]], [])  # a size binding from the arguments
         self._rebuild = self._out_rebuilder(meta.get("outputs") or {})
         self.report = CompileReport()
         self._lock = threading.Lock()
@@ -248,11 +243,11 @@ class LoadedModel:
 
     def _build(self, sizes):
         low = self.lowered if sizes is None else self.lowered.instance(sizes)
-        return EngineGraph(_stub_gm(), {}, self.config, self.report, self._prepack, self._arena, keep_text=sizes is None,
+        return EngineGraph(graph_without_fx(), {}, self.config, self.report, self._prepack, self._arena, keep_text=sizes is None,
                          lowered=low, kernel_cache=self._kernels)
 
     def _program(self, args):
-        key = tuple(args[i] if d < 0 else args[i].shape[d] for i, d in self._getters)
+        key = self._key(args)
         eg = self._programs.get(key)
         if eg is None:
             with self._lock:
