@@ -5,8 +5,13 @@ default DynamicCache, and the static cache) and batch size, one worker process b
 (random weights from a config, the same seed), compiles `model.forward`, and measures:
 
   first     the first generate() of NEW tokens, compiles included (ms)
-  prefill   a generate() of 1 new token: the prompt's forward and one token (median, ms)
-  decode    (generate() of NEW tokens - generate() of 1 token) / (NEW - 1): ms per decoded token (median)
+  prefill   from the start of generate() to its first new token: the prompt's forward and one token
+            (median over the repeats, ms)
+  decode    the time between two successive new tokens (ms per token; the median of every interval of
+            every repeat: (NEW - 1) x repeats intervals, so one slow step cannot move it)
+
+Both are read from a stopping criterion that only records the time: generate() calls it once per new
+token, the same way for every backend.
 
 Greedy tokens are compared with eager's (the first generate() and every repeat). Beside each decode figure:
 the memory-bandwidth floor for one decode step, bytes read per token (every weight once, the KV cache at
@@ -100,23 +105,40 @@ def worker(a) -> dict:
         sink = sink_cm.__enter__()
     _compile(model, a.backend)
 
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class TokenClock(StoppingCriteria):
+        """Records when each new token is ready; never stops generate()."""
+
+        def __init__(self):
+            self.times = []
+
+        def __call__(self, input_ids, scores, **kwargs):
+            self.times.append(time.perf_counter())
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
     def gen(n):
+        clock = TokenClock()
         t0 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
-        return (time.perf_counter() - t0) * 1000, out[:, a.prompt:]
+        out = model.generate(ids, max_new_tokens=n, min_new_tokens=n,
+                             stopping_criteria=StoppingCriteriaList([clock]), **kw)
+        t = clock.times
+        assert len(t) == n, (len(t), n)
+        return (time.perf_counter() - t0) * 1000, out[:, a.prompt:], (t[0] - t0) * 1000, \
+            [(t1 - t0_) * 1000 for t0_, t1 in zip(t, t[1:])]
 
     res = {}
     with torch.no_grad():
-        res["first_ms"], toks = gen(a.new)
+        res["first_ms"], toks, _, _ = gen(a.new)
         tokens = [toks.tolist()]
-        pre, full = [], []
+        pre, steps = [], []
         for _ in range(a.repeats):
-            pre.append(gen(1)[0])
-            ms, toks = gen(a.new)
-            full.append(ms)
+            _, toks, p, s = gen(a.new)
+            pre.append(p)
+            steps += s
             tokens.append(toks.tolist())
     res["prefill_ms"] = statistics.median(pre)
-    res["decode_ms"] = (statistics.median(full) - res["prefill_ms"]) / (a.new - 1)
+    res["decode_ms"] = statistics.median(steps)
     res["tokens"] = tokens
     if a.backend == "airgraph":
         sink_cm.__exit__(None, None, None)
