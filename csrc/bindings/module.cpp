@@ -3,6 +3,7 @@
 // are borrowed without copies, outputs are handed back owning their buffers.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -187,7 +188,7 @@ class PyGraph {
     for (size_t i = 0; i < syms.size() && i < t.dims.size(); ++i) t.dims[i].sym = syms[i];
     return g->add_input(t, name)->id;
   }
-  int add_const(Arr a, const std::string& name) {
+  int add_const(Arr a, const std::string& name, bool weights) {
     if (!is_contiguous(a)) fail("constant '", name, "' must be contiguous");
     TensorType t(dtype_of(a.dtype()), shape_of(a));
     auto s = std::make_shared<Storage>();
@@ -199,6 +200,7 @@ class PyGraph {
       nb::gil_scoped_acquire gil;
       delete static_cast<nb::object*>(p);
     });
+    s->from_weights = weights;
     return g->add_const(t, std::move(s), name)->id;
   }
   std::vector<int> add_node(const std::string& op, const std::vector<int>& inputs, nb::dict attrs,
@@ -330,7 +332,21 @@ NB_MODULE(_C, m) {
       .def(nb::init<>())
       .def("add_input", &PyGraph::add_input, nb::arg("dtype"), nb::arg("shape"), nb::arg("name"),
            nb::arg("syms") = std::vector<int>{})
-      .def("add_const", &PyGraph::add_const, nb::arg("array"), nb::arg("name"))
+      .def("add_const", &PyGraph::add_const, nb::arg("array"), nb::arg("name"), nb::arg("weights") = false)
+      .def("weight_derived_consts",  // (name, [weights]) of the constants holding or computed from weights
+           [](PyGraph& g) {
+             std::vector<std::pair<std::string, std::vector<std::string>>> names;
+             std::vector<char> seen(g.g->num_values(), 0);
+             auto visit = [&](Value* v) {
+               if (v->is_const() && !seen[v->id] && v->storage && v->storage->from_weights)
+                 names.emplace_back(v->name, weight_sources(v));
+               seen[v->id] = 1;
+             };
+             for (auto& n : g.g->nodes())
+               for (Value* v : n->inputs) visit(v);
+             for (Value* v : g.g->outputs()) visit(v);
+             return names;
+           })
       .def("add_symbol", [](PyGraph& g, const std::string& n) { return g.g->add_symbol(n); })
       .def("add_expr",
            [](PyGraph& g, const std::vector<int64_t>& code, const std::string& text) {
@@ -375,6 +391,18 @@ NB_MODULE(_C, m) {
            },
            nb::arg("inline_constants") = true, nb::arg("producer") = "", nb::arg("metadata") = "",
            nb::arg("by_name") = std::vector<std::string>{})
+      .def("with_const_names",  // a copy whose constants named in `names` are renamed (files name weights so)
+           [](PyGraph& g, const std::map<std::string, std::string>& names) {
+             auto p = new PyGraph();
+             p->g = g.g->clone();
+             for (int i = 0; i < p->g->num_values(); ++i) {
+               Value* v = p->g->value(i);
+               auto it = v->is_const() ? names.find(v->name) : names.end();
+               if (it != names.end()) v->name = it->second;
+             }
+             return p;
+           },
+           nb::rv_policy::take_ownership)
       .def("clone",  // a symbolic copy for the passes to run on (instantiate serves the result)
            [](PyGraph& g) {
              auto p = new PyGraph();
@@ -624,6 +652,7 @@ NB_MODULE(_C, m) {
           auto s = std::make_shared<Storage>();
           s->data = a.data();
           s->nbytes = t.nbytes();
+          s->from_weights = true;  // bound by name: the caller's weights
           s->owner = std::shared_ptr<void>(new nb::object(o), [](void* p) {
             nb::gil_scoped_acquire gil;
             delete static_cast<nb::object*>(p);

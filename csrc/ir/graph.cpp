@@ -55,6 +55,21 @@ Value* Graph::add_input(const TensorType& t, const std::string& name) {
   return v;
 }
 
+std::vector<std::string> weight_sources(const Value* v) {
+  if (!v->is_const() || !v->storage || !v->storage->from_weights) return {};
+  if (!v->storage->derived_from.empty()) return v->storage->derived_from;
+  return {v->name};
+}
+
+void mark_derived(Storage& s, const std::vector<Value*>& inputs) {
+  std::vector<std::string> names;
+  for (const Value* v : inputs)
+    for (std::string& n : weight_sources(v))
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(std::move(n));
+  s.from_weights = !names.empty();
+  s.derived_from = std::move(names);
+}
+
 Value* Graph::add_const(const TensorType& t, std::shared_ptr<Storage> s, const std::string& name) {
   AG_CHECK(s && s->nbytes >= t.nbytes(), "constant '", name, "' of type ", t.str(), " has ", s ? s->nbytes : 0,
            " bytes of data");

@@ -24,10 +24,24 @@ struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
   std::shared_ptr<void> owner;
+  // The bytes are the caller's weights (bound by the front), or were computed from them by a
+  // pass: another process may bind other values under the same names, so such bytes are never
+  // written into a file that is reused (the compile cache) except by name.
+  bool from_weights = false;
+  // For bytes a pass computed from the weights: the names of the weights they came from (empty
+  // for a weight itself, whose name is its value's).
+  std::vector<std::string> derived_from;
   static std::shared_ptr<Storage> allocate(size_t nbytes);  // 64-byte aligned, zeroed
 };
 
 enum class ValueKind : uint8_t { Input, Const, NodeOutput };
+
+struct Value;
+// The weights a constant holds or was computed from: its own name for a weight, else the names its
+// bytes were derived from (see Storage::from_weights).
+std::vector<std::string> weight_sources(const Value* v);
+// Records that `s` was computed from `inputs`.
+void mark_derived(Storage& s, const std::vector<Value*>& inputs);
 
 struct Value {
   int id = -1;

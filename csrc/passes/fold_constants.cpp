@@ -38,6 +38,7 @@ int fold_constants(Graph& g, size_t max_bytes) {
       } else {
         results.push_back(Storage::allocate(o->type.nbytes()));
       }
+      mark_derived(*results.back(), n->inputs);
       outs.push_back(results.back()->data);
     }
     if (!n->op->has(kAlias)) {

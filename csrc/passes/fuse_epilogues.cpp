@@ -257,6 +257,8 @@ class Fuser {
     ps[0] = C;
     TensorType pt(DType::f32, ps);
     auto sa = Storage::allocate(C * 4), sb = Storage::allocate(C * 4);
+    mark_derived(*sa, c.inputs);  // (c.inputs[0], v, is not a constant)
+    mark_derived(*sb, c.inputs);
     float* al = static_cast<float*>(sa->data);
     float* be = static_cast<float*>(sb->data);
     for (int64_t i = 0; i < C; ++i) {

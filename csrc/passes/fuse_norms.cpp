@@ -30,7 +30,9 @@ namespace {
 
 // A constant of one floating element, as double.
 bool const_scalar(const Value* v, double* out) {
-  if (!v->is_const() || !v->storage || !v->storage->data || !v->type.is_static() || v->type.numel() != 1)
+  // (not a weight: its value would become an attribute that the next process cannot rebind)
+  if (!v->is_const() || !v->storage || !v->storage->data || v->storage->from_weights || !v->type.is_static() ||
+      v->type.numel() != 1)
     return false;
   const void* p = v->storage->data;
   switch (v->type.dtype) {

@@ -120,21 +120,15 @@ class LoadedAot:
         return Lowered.from_feeding(g, self.meta)
 
     def _build(self, args):
-        from .compiler import CompileReport, EngineGraph, _Binder, _checked, _writing_inputs, graph_without_fx
-
-        gm = graph_without_fx(self.writes)
-
-        def build(consts, changed, prev, report):
-            eg = EngineGraph(gm, consts, self.config, report, lowered=self._lowered(consts))
-            return eg.run, [eg]
+        from .compiler import CompileReport, engine_runner
 
         consts = {i: args[i] for i in self.consts}
         for i, t in consts.items():
             if not isinstance(t, torch.Tensor):
                 raise EngineError(f"argument {i} ({self.consts[i]}) should be a tensor, got {type(t).__name__}")
         self.report = CompileReport()
-        run = _checked(_Binder(build, consts, dict(self.consts), self.config, self.report))
-        return _writing_inputs(run, self.writes) if self.writes else run
+        return engine_runner(self.writes, consts, dict(self.consts), self.config, self.report,
+                             lambda consts: (self._lowered(consts), False))
 
     def __call__(self, *args):
         if self._run is None:

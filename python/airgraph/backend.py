@@ -10,12 +10,15 @@ import contextlib
 import functools
 import logging
 import re
+import time
 
 import torch
 import torch.fx
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import aot as aot_compile_support
+from . import cache as _cache
 from .compiler import CompileReport, ShapeSpec, compile_aten_graph
 from .config import CompilerConfig
 from .decompositions import decomposition_table
@@ -173,6 +176,21 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
     real = list(example_inputs)
     # what torch's aot_compile needs to save the result (airgraph/aot.py)
     state = {"report": report, "config": config}
+    # the compile cache's entry for this Dynamo graph: a hit skips AOTAutograd too (airgraph/cache.py)
+    dkey, t0 = None, time.perf_counter()
+    if config.cache_dir and not (config.dump_graph or config.dump_data or config.fault_node or config.run_eagerly) \
+            and (spec is None or not (spec.values or spec.gears)):
+        with unset_fake_temporarily():  # (Dynamo calls backends with its fake mode on)
+            dkey = _cache.dynamo_key(gm, real, params, config)
+    key_ms = (time.perf_counter() - t0) * 1000
+    if dkey is not None:
+        with unset_fake_temporarily():
+            run = _cache.load_dynamo(config.cache_dir, dkey, real, config, report)
+        if run is not None:
+            report.compile_ms = (time.perf_counter() - t0) * 1000
+            state["reason"] = ("it was loaded from airgraph's compile cache (aot_compile it with "
+                               "CompilerConfig(cache_dir=\"\"))")
+            return aot_compile_support.wrap(lambda *args: run(list(args)), state)
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
         consts = _constants(aot_gm, real, params)
@@ -182,7 +200,21 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
             s = ShapeSpec(s.gears)  # AOTAutograd renumbered the inputs: the values stay inputs, no names
         state.update(gm=aot_gm, consts=consts, reason=aot_compile_support.aot_wrapper_reason(aot_gm) or (
             "AOTAutograd changed the inputs" if n_ph != len(real) else None))
-        return compile_aten_graph(aot_gm, consts, config, report, const_names=params, spec=s)
+        with _cache.deferring_stores() as aten_entries:
+            out = compile_aten_graph(aot_gm, consts, config, report, const_names=params, spec=s)
+        report.compile_ms += key_ms
+        # one entry per graph: the Dynamo graph's where it can be kept, else the ATen graph's
+        with unset_fake_temporarily():
+            _write_entries(aot_gm, consts, aten_entries)
+        return out
+
+    def _write_entries(aot_gm, consts, aten_entries):
+        if not (dkey is not None and state["reason"] is None and report.engine_graphs == 1
+                and len(report.graphs) == 1 and not report.symbolic and all(n.native for n in report.nodes)
+                and _cache.store_dynamo(config.cache_dir, dkey, aot_gm, report, consts,
+                                        aot_gm.meta.get("airgraph_input_writes", ()))):
+            for write in aten_entries:
+                write()
 
     def bw_compiler(aot_gm, aot_inputs):
         # airgraph is an inference engine; gradients run in PyTorch.

@@ -1,17 +1,24 @@
-"""The compile cache: an ATen graph lowered once is kept on disk, so that the next process that
-compiles the same graph (same model code, input signature, airgraph and torch versions, CPU)
-skips the lowering from FX.
+"""The compile cache: an ATen graph compiled once is kept on disk, so that the next process that
+compiles the same graph (same model code, input signature, pass options, airgraph and torch
+versions, CPU) skips the lowering from FX and the passes.
 
 Where: CompilerConfig.cache_dir, default $AIRGRAPH_CACHE_DIR, else $XDG_CACHE_HOME/airgraph, else
 ~/.cache/airgraph; "" (or AIRGRAPH_CACHE_DIR=0) switches it off. One airgraph file per entry
 (csrc/ir/serialize.h), named by the SHA-256 of everything the lowering reads: the graph's code,
 every node's target, arguments, result type and source line, the placeholders' types, which of
 them are the model's parameters and buffers and their types, the bytes of tensors the traced code
-created, the airgraph version, the file format, torch's version and the CPU's vector features.
-The entry holds the lowered engine graph with the parameters by name only: a hit binds the calling
-process's own tensors, so a cache entry can never bring back stale weights. What a hit still does:
-the passes and the kernels, which depend on the weights' values (constant folding, prepacked
-GEMM/convolution weights), run in this process.
+created, the passes switched off and the folding limit, the airgraph version, the file format,
+torch's version and the CPU's vector features.
+
+An entry holds the parameters by name only: a hit binds the calling process's own tensors, so a
+cache entry can never bring back stale weights. It holds the optimized graph, and a hit skips the
+passes. Where a pass computed a constant from weights (a batch norm's scale and shift, an embedding
+of constant positions, a view of a buffer), the entry holds its bytes and a BLAKE2b digest of the
+weights it came from; a hit whose weights differ there (another checkpoint of the same model) is
+compiled anew, lowering and passes included, and replaces the entry. When those weights exceed
+DERIVED_MAX_BYTES (hashing them would cost more than the passes), the entry holds the lowered graph
+and the passes run in the process that hits it. The kernels (oneDNN primitives, prepacked GEMM and
+convolution weights) are always built in the calling process.
 
 A corrupt, truncated or foreign entry is detected (checksums, format version, metadata) and
 rebuilt; it never fails a compile. airgraph.cache_info() reports the counts and the folder;
@@ -19,6 +26,7 @@ airgraph.clear_cache() empties it.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -33,9 +41,15 @@ from ._core import C, EngineError
 
 log = logging.getLogger("airgraph")
 
-FORMAT = "airgraph-lowered"
-FORMAT_VERSION = 1
-_stats = {"hits": 0, "misses": 0, "writes": 0, "rebuilt": 0, "errors": 0}
+FORMAT = "airgraph-compiled"
+FORMAT_VERSION = 2
+# what an entry holds: the graph as lowered from FX, or after the passes
+LOWERED, OPTIMIZED = "lowered", "optimized"
+# the most bytes of weights a cached optimized graph's derived constants may come from (each hit
+# hashes them: about 1 ms per MB here)
+DERIVED_MAX_BYTES = 8 << 20
+_stats = {"hits": 0, "optimized_hits": 0, "dynamo_hits": 0, "misses": 0, "writes": 0, "rebuilt": 0, "errors": 0,
+          "other_weights": 0}
 _lock = threading.Lock()
 
 
@@ -78,8 +92,9 @@ def _arg_text(a) -> str:
     return repr(a)
 
 
-def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> str:
-    """The SHA-256 of everything lower_graph reads from `gm` and `consts` (see the module text)."""
+def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=()) -> str:
+    """The SHA-256 of everything lower_graph reads from `gm` and `consts`, and of `passes` (what the
+    passes are told: switched-off passes, folding limit; see the module text)."""
     from . import __version__
     from .compiler import get_attr_tensor
 
@@ -93,7 +108,7 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> str:
             h.update(str(p).encode())
             h.update(b"\x00")
 
-    put(FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU)
+    put(FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU, *passes)
     # every node's kind, target and arguments (not gm.code: a lazy graph module would generate its
     # Python code just for this); with the placeholders' types the other nodes' types follow (a
     # static graph), and the source lines are added for the messages that name them
@@ -123,8 +138,29 @@ def _path(folder: str, key: str) -> str:
     return os.path.join(folder, key[:2], key + ".agraph")
 
 
+def _by_name(gm, consts) -> dict:
+    """The graph's weights by the name its file gives them (the placeholder's)."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return {phs[i].name: t for i, t in consts.items() if i < len(phs)}
+
+
+def _digest(weights: dict, names) -> str:
+    """BLAKE2b of the named weights' names, dtypes, shapes and bytes ("" for none)."""
+    if not names:
+        return ""
+    h = hashlib.blake2b(digest_size=20)
+    for n in names:
+        t = weights[n].detach()
+        t = t if t.is_contiguous() else t.contiguous()
+        h.update(f"{n}:{t.dtype}:{tuple(t.shape)}".encode())
+        if t.numel():
+            h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+    return h.hexdigest()
+
+
 def load(folder: str, key: str, gm, consts):
-    """The cached Lowered for `key`, or None (a miss, or an entry that could not be used: removed)."""
+    """(the cached Lowered for `key`, LOWERED or OPTIMIZED), or None: a miss, an entry made for
+    other weights (see the module text), or an entry that could not be used (removed)."""
     from .compiler import Lowered, const_resolver
 
     path = _path(folder, key)
@@ -132,16 +168,18 @@ def load(folder: str, key: str, gm, consts):
         with _lock:
             _stats["misses"] += 1
         return None
-    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    resolve = const_resolver({phs[i].name: t for i, t in consts.items() if i < len(phs)})
-
+    weights = _by_name(gm, consts)
     try:
         with open(path, "rb") as f:
             data = f.read()
-        g, _, text = C.load_graph_bytes(data, resolve)
+        g, _, text = C.load_graph_bytes(data, const_resolver(weights))
         meta = json.loads(text)
         if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION or meta.get("key") != key:
             raise EngineError(f"not a {FORMAT} v{FORMAT_VERSION} entry for this key")
+        stage, derived = meta.get("stage"), meta.get("derived")
+        if stage not in (LOWERED, OPTIMIZED) or not isinstance(derived, dict) or \
+                any(n not in weights for n in derived.get("sources", ())):
+            raise EngineError("bad metadata")
         low = Lowered.from_feeding(g, meta)
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
         log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", path, type(e).__name__,
@@ -154,20 +192,41 @@ def load(folder: str, key: str, gm, consts):
         except OSError:
             pass
         return None
+    if _digest(weights, derived["sources"]) != derived.get("digest"):
+        # its folded constants were computed from other weights than this process's
+        log.info("airgraph: compile cache entry %s was made for other weights; compiled anew", path)
+        with _lock:
+            _stats["other_weights"] += 1
+            _stats["misses"] += 1
+        return None
     with _lock:
         _stats["hits"] += 1
-    return low
+        _stats["optimized_hits"] += stage == OPTIMIZED
+    return low, stage
 
 
-def store(folder: str, key: str, gm, consts, low) -> None:
-    """Writes the entry (atomically: a reader sees the whole file or none)."""
+def derived_sources(g, weights: dict):
+    """The weights that the constants a pass computed from weights came from (sorted names), or None
+    when a constant holding weights is not one of `weights` (nothing to bind it to by name)."""
+    sources = set()
+    for name, src in g.weight_derived_consts():
+        if src != [name]:  # computed from weights (or a view of them): written with its bytes
+            sources.update(src)
+        elif name not in weights:
+            return None
+    return None if not sources <= weights.keys() else sorted(sources)
+
+
+def store(folder: str, key: str, gm, consts, low, stage: str, sources: list) -> None:
+    """Writes the entry (atomically: a reader sees the whole file or none): the weights by name, the
+    constants computed from `sources` by value, with the digest of those weights."""
     from . import __version__
 
-    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, **low.feeding()}
+    weights = _by_name(gm, consts)
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "stage": stage,
+            "derived": {"sources": sources, "digest": _digest(weights, sources)}, **low.feeding()}
     try:
-        data = low.g.save(True, f"airgraph {__version__}", json.dumps(meta),
-                          [phs[i].name for i in consts if i < len(phs)])
+        data = low.g.save(True, f"airgraph {__version__}", json.dumps(meta), list(weights))
         path = _path(folder, key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
@@ -182,16 +241,254 @@ def store(folder: str, key: str, gm, consts, low) -> None:
         log.warning("airgraph: could not write the compile cache entry in %s: %s: %s", folder, type(e).__name__, e)
 
 
-def lowered(gm, consts, folder: str, lower):
-    """lower() through the cache in `folder` ("" = off)."""
-    if not folder:
-        return lower()
-    key = graph_key(gm, consts)
-    low = load(folder, key, gm, consts)
-    if low is None:
-        low = lower()
-        store(folder, key, gm, consts, low)
-    return low
+_deferred = threading.local()
+
+
+@contextlib.contextmanager
+def deferring_stores():
+    """Inside the block, the ATen-level entries are not written but collected (callables) in the
+    yielded list: the backend writes them only when the Dynamo-level entry is not written."""
+    _deferred.stores = []
+    try:
+        yield _deferred.stores
+    finally:
+        _deferred.stores = None
+
+
+def _store_later(fn):
+    stores = getattr(_deferred, "stores", None)
+    if stores is None:
+        fn()
+    else:
+        stores.append(fn)
+
+
+def compiled(gm, consts, folder: str, passes, lower, optimize):
+    """(Lowered, the pass statistics or None when the passes are still to run, the lowered graph or
+    None when it is not at hand) through the cache in `folder`. A miss lowers, runs optimize(g)
+    (the passes, in place; returns their statistics) and writes the optimized graph, or the lowered
+    one when the weights its folded constants came from exceed DERIVED_MAX_BYTES."""
+    import dataclasses
+
+    key = graph_key(gm, consts, passes)
+    hit = load(folder, key, gm, consts)
+    if hit is not None:
+        low, stage = hit
+        return (low, [], None) if stage == OPTIMIZED else (low, None, low.g.clone())
+    low = lower()
+    kept = low.g.clone()  # the lowered graph, in case the optimized one is not the one kept
+    stats = optimize(low.g)
+    weights = _by_name(gm, consts)
+    sources = derived_sources(low.g, weights)
+    if sources is not None and sum(weights[n].numel() * weights[n].element_size() for n in sources) \
+            <= DERIVED_MAX_BYTES:
+        # (value ids change in the passes: the FX names of values are for dumps, which skip the cache)
+        _store_later(lambda: store(folder, key, gm, consts, dataclasses.replace(low, fx_names={}), OPTIMIZED,
+                                   sources))
+    elif derived_sources(kept, weights) == []:
+        log.debug("airgraph: the compile cache keeps the lowered graph: its folded constants come from "
+                  "%s of weights", "too many bytes" if sources else "unnamed")
+        _store_later(lambda: store(folder, key, gm, consts, dataclasses.replace(low, g=kept), LOWERED, []))
+    return low, stats, kept
+
+
+# ----------------------------------------------------------------------------- Dynamo graphs
+# A Dynamo graph that compiled into one engine graph with nothing for AOTAutograd's runtime wrapper
+# to do (the graphs torch's aot_compile can save, airgraph/aot.py) is also kept under a key of the
+# Dynamo graph itself: a hit skips AOTAutograd as well as the lowering and the passes. Its entry
+# holds the optimized graph, which argument positions are the weights (by name), the input writes
+# and the compile report's node list; and, when the optimized graph holds constants computed from
+# weights, the lowered graph beside it (<key>.lowered.agraph), used when this process's weights
+# differ there (at the first call or after an in-place change): no AOTAutograd is ever needed.
+
+
+def _target_text(t) -> str:
+    if isinstance(t, str):
+        return t
+    name = torch.fx.node._get_qualified_name(t)
+    if "<" in name:  # a lambda or a local function: no name that stays the same in another process
+        raise ValueError(name)
+    return name
+
+
+def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -> str | None:
+    """The SHA-256 of a Dynamo graph, its example inputs' types and the config, or None when the
+    graph is not kept at this level (a module call left in the graph, a non-tensor or symbolic
+    input, gradients wanted, a target without a stable name)."""
+    import dataclasses
+
+    from . import __version__
+
+    global _CPU
+    if _CPU is None:
+        _CPU = _cpu_features()
+    if any(not isinstance(x, torch.Tensor) or x.layout != torch.strided or not x.is_cpu or
+           any(isinstance(d, torch.SymInt) for d in x.shape) for x in example_inputs):
+        return None
+    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+        return None
+    h = hashlib.sha256()
+
+    def put(*parts):
+        for p in parts:
+            h.update(str(p).encode())
+            h.update(b"\x00")
+
+    put("dynamo", FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU, torch.is_grad_enabled(),
+        *[f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
+          if f.name not in ("cache_dir", "dump_dir")])
+    storages = {}
+    for i, x in enumerate(example_inputs):
+        st = x.untyped_storage().data_ptr()
+        put("in", i, "param" if i in params else "input", x.dtype, tuple(x.shape), x.stride(), x.storage_offset(),
+            x.requires_grad, x.is_inference(), storages.setdefault(st, i))  # (which inputs share memory)
+    try:
+        for n in gm.graph.nodes:
+            if n.op == "call_module":
+                return None
+            if n.op in ("call_function", "call_method"):
+                put(n.op, n.name, _target_text(n.target), _arg_text(n.args), _arg_text(n.kwargs))
+                h.update(n.meta.get("stack_trace", "").encode())
+            elif n.op == "get_attr":
+                from .compiler import get_attr_tensor
+
+                t = get_attr_tensor(n)
+                if not isinstance(t, torch.Tensor):
+                    return None
+                t = t.detach().contiguous()
+                put("attr", n.name, t.dtype, tuple(t.shape))
+                if t.numel():
+                    h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+            elif n.op == "output":
+                put("out", _arg_text(n.args))
+            elif n.op == "placeholder":
+                put("ph", n.name)
+    except ValueError:
+        return None
+    return h.hexdigest()
+
+
+def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> bool:
+    """Writes the Dynamo-level entry of a graph compiled whole into report.graphs[0] (see above);
+    False when it cannot be kept at this level."""
+    from . import __version__
+
+    eg = report.graphs[0]
+    g, lowered = eg.optimized_graph, eg.lowered_graph
+    if g is None:
+        return False
+    weights = _by_name(gm, consts)  # (by the ATen graph's names; the file names them w<argument position>)
+    phs = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    rename = {phs[i]: f"w{i}" for i in consts}
+    sources = derived_sources(g, weights)
+    stage = OPTIMIZED
+    if sources is None or sum(weights[n].numel() * weights[n].element_size() for n in sources) > DERIVED_MAX_BYTES:
+        if lowered is None or derived_sources(lowered, weights) != []:
+            return False
+        g, lowered, sources, stage = lowered, None, [], LOWERED
+    elif sources and lowered is None:
+        return False  # (needed when another process's weights differ there)
+    new_weights = {rename[n]: t for n, t in weights.items()}
+    sources = [rename[n] for n in sources]
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "stage": stage,
+            "derived": {"sources": sources, "digest": _digest(new_weights, sources)},
+            "consts": {str(i): f"w{i}" for i in consts}, "writes": [list(w) for w in writes],
+            "input_positions": list(eg.input_positions),
+            "scalar_inputs": {str(k): str(v).replace("torch.", "") for k, v in eg.scalar_inputs.items()},
+            "num_outputs": eg.num_outputs, "fx_names": {},
+            "nodes": [[n.name, n.target, n.native, n.reason, n.source] for n in report.nodes],
+            "pass_stats": [list(p) for p in (report.pass_stats[0] if report.pass_stats else [])]}
+    try:
+        path = _path(folder, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        files = [(path, g.with_const_names(rename).save(True, f"airgraph {__version__}", json.dumps(meta),
+                                                        list(new_weights)))]
+        if sources:  # the lowered graph, for other weights
+            files.insert(0, (path[:-len(".agraph")] + ".lowered.agraph",
+                             lowered.with_const_names(rename).save(True, f"airgraph {__version__}",
+                                                                    json.dumps({"key": key}), list(new_weights))))
+        for p, data in files:  # (the lowered one first: the main file names a complete entry)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, p)
+        with _lock:
+            _stats["writes"] += 1
+        return True
+    except Exception as e:  # a full or read-only disk must not fail the compile
+        with _lock:
+            _stats["errors"] += 1
+        log.warning("airgraph: could not write the compile cache entry in %s: %s: %s", folder, type(e).__name__, e)
+        return True  # (the same disk would refuse the ATen-level entry)
+
+
+def load_dynamo(folder: str, key: str, example_inputs, config, report):
+    """The compiled callable from the Dynamo-level entry `key`, or None (a miss; an unusable entry
+    is removed and counted as rebuilt)."""
+    from .compiler import Lowered, NodeReport, const_resolver, engine_runner
+
+    path = _path(folder, key)
+    if not os.path.exists(path):  # (the ATen graph's lookup that follows counts the miss)
+        return None
+    lowered_path = path[:-len(".agraph")] + ".lowered.agraph"
+    try:
+        with open(path, "rb") as f:
+            main = f.read()
+        # (the weights are named by argument position: w<i>)
+        weights = {f"w{i}": t for i, t in enumerate(example_inputs)}
+        first, _, text = C.load_graph_bytes(main, const_resolver(weights))
+        meta = json.loads(text)
+        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION or meta.get("key") != key:
+            raise EngineError(f"not a {FORMAT} v{FORMAT_VERSION} entry for this key")
+        stage, derived = meta["stage"], meta["derived"]
+        names = {int(i): n for i, n in meta["consts"].items()}
+        if stage not in (LOWERED, OPTIMIZED) or any(n != f"w{i}" for i, n in names.items()):
+            raise EngineError("bad metadata")
+        consts = {i: example_inputs[i] for i in names}
+        if any(t.is_inference() for t in consts.values()):
+            return None  # (such weights are read per call: the usual path decides)
+        lowered = None
+        if derived["sources"]:
+            with open(lowered_path, "rb") as f:
+                lowered = f.read()
+        state = {"optimized": False, "first": first}
+
+        def lowered_for(consts):
+            weights = {names[i]: t for i, t in consts.items()}
+            same = _digest(weights, derived["sources"]) == derived["digest"]
+            g, state["first"] = state["first"], None  # (the graph loaded above serves the first build only)
+            if not same or g is None:
+                g, _, _ = C.load_graph_bytes(main if same else lowered, const_resolver(weights))
+            state["optimized"] = same and stage == OPTIMIZED
+            if not same:
+                log.info("airgraph: compile cache entry %s was made for other weights; its lowered graph is "
+                         "optimized again", path)
+                with _lock:
+                    _stats["other_weights"] += 1
+            return Lowered.from_feeding(g, meta), state["optimized"]
+
+        report.nodes[:] = [NodeReport(*n) for n in meta["nodes"]]
+        run = engine_runner([tuple(w) for w in meta["writes"]], consts, names, config, report, lowered_for)
+        if state["optimized"]:
+            report.pass_stats[0] = [tuple(p) for p in meta["pass_stats"]]
+    except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
+        log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", path, type(e).__name__,
+                    str(e).splitlines()[0] if str(e) else "")
+        report.nodes[:], report.graphs[:], report.pass_stats[:], report.exec_stats[:] = [], [], [], []
+        report.engine_graphs = 0
+        with _lock:
+            _stats["rebuilt"] += 1
+        for p in (path, lowered_path):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        return None
+    with _lock:
+        _stats["hits"] += 1
+        _stats["dynamo_hits"] += 1
+        _stats["optimized_hits"] += bool(state["optimized"])
+    return run
 
 
 def cache_info(folder: str | None = None) -> dict:
@@ -202,7 +499,7 @@ def cache_info(folder: str | None = None) -> dict:
         for root, _, files in os.walk(folder):
             for f in files:
                 if f.endswith(".agraph"):
-                    entries += 1
+                    entries += not f.endswith(".lowered.agraph")  # (part of its entry)
                     size += os.path.getsize(os.path.join(root, f))
     with _lock:
         return {"dir": folder, "entries": entries, "bytes": size, **_stats}
@@ -217,5 +514,5 @@ def clear_cache(folder: str | None = None) -> int:
             for f in files:
                 if f.endswith(".agraph") or f.startswith(".tmp-"):
                     os.unlink(os.path.join(root, f))
-                    n += f.endswith(".agraph")
+                    n += f.endswith(".agraph") and not f.endswith(".lowered.agraph")
     return n

@@ -263,7 +263,7 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
             t = consts[i].detach()
             if not t.is_contiguous():
                 t = t.contiguous()
-            ctx.env[n] = ctx.add_const(t, n.name)
+            ctx.env[n] = ctx.add_const(t, n.name, weights=True)
         elif _is_tensor_meta(val):
             ctx.env[n] = ctx.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
             input_positions.append(i)
@@ -350,10 +350,15 @@ class EngineGraph:
         self.gid = next(_GRAPH_IDS)
         self.gm = gm
         self.config = config
+        stats = [] if optimized else None  # (a symbolic graph's template was optimized once, for every size)
+        self.lowered_graph = None  # the graph before the passes, when the compile cache wants it
         if lowered is not None:
             low = lowered
-        elif config.cache_dir and not graph_symbols(gm):  # (a symbolic graph lowered per size is not kept)
-            low = _cache.lowered(gm, consts, config.cache_dir, lambda: lower_graph(gm, consts))
+        elif (config.cache_dir and not graph_symbols(gm)  # (a symbolic graph lowered per size is not kept)
+              and not (config.dump_graph or config.dump_data or config.fault_node)):  # (they see every pass)
+            low, stats, self.lowered_graph = _cache.compiled(gm, consts, config.cache_dir,
+                                         (sorted(config.disable_passes), config.fold_max_bytes),
+                                         lambda: lower_graph(gm, consts), self._optimize)
         else:
             low = lower_graph(gm, consts)
         g = low.g
@@ -366,13 +371,14 @@ class EngineGraph:
             self.dumper.write_fx(gm)
             self.dumper.stage_dump("lowered", g.describe())
             after_pass = self.dumper.stage_dump
-        # (a symbolic graph's template was optimized once, for every size)
-        stats = [] if optimized else g.optimize(set(config.disable_passes), config.fold_max_bytes, after_pass)
+        if stats is None:
+            stats = self._optimize(g, after_pass)
         self.dump_entries: list[dict] = []
         if config.dump_data:
             self._expose_for_dump(g)
         # the optimized graph as text (tests and debugging; the other sizes of a symbolic graph skip it)
         self.graph_text = str(g) if keep_text else ""
+        self.optimized_graph = g if config.cache_dir else None  # (the compile cache may write it)
         self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena, kernel_cache)
         self.exe.set_profiling(config.profile)
         self._plan_call()
@@ -389,6 +395,9 @@ class EngineGraph:
         report.exec_stats.append(self.exe.stats())
         report.compile_ms += (time.perf_counter() - t0) * 1000
         log.debug("airgraph: graph_%d compiled: %s; passes %s", self.gid, self.exe.stats(), stats)
+
+    def _optimize(self, g, after_pass=None):
+        return g.optimize(set(self.config.disable_passes), self.config.fold_max_bytes, after_pass)
 
     def _expose_for_dump(self, g):
         desc = g.describe()
@@ -1089,6 +1098,21 @@ def _checked(binder: _Binder):
     run.engine_graphs = binder.graphs
     run.binder = binder
     return run
+
+
+def engine_runner(writes, consts: dict, names: dict, config: CompilerConfig, report: CompileReport, lowered_for):
+    """The boxed callable of a graph that comes from a file, not from an FX graph (torch's
+    aot_compile artifacts, the compile cache): `lowered_for(consts)` gives (Lowered, whether its
+    passes have run) for a binding of the weights (called again when a bound weight changes)."""
+    gm = graph_without_fx(writes)
+
+    def build(consts, changed, prev, report):
+        low, optimized = lowered_for(consts)
+        eg = EngineGraph(gm, consts, config, report, lowered=low, optimized=optimized)
+        return eg.run, [eg]
+
+    run = _checked(_Binder(build, consts, names, config, report))
+    return _writing_inputs(run, writes) if writes else run
 
 
 # ----------------------------------------------------------------------------- compile

@@ -1,9 +1,12 @@
 """The compile cache (airgraph/cache.py): a second compile of the same graph, in this process or a
-new one, loads the lowered graph from the cache folder instead of lowering it; the weights are
-always the calling process's own (changed weights give the new answer, never a stale one); a
-corrupt, truncated or foreign entry is rebuilt without an error; other shapes, dtypes or code get
-their own entries; cache_dir="" writes nothing; cache_info and clear_cache report and empty it."""
+new one, loads the optimized graph from the cache folder instead of lowering it and running the
+passes; the weights are always the calling process's own (changed weights give the new answer,
+never a stale one), including the constants a pass computed from weights (a batch norm folded into
+a convolution, a buffer folded into a constant); a corrupt, truncated or foreign entry is rebuilt
+without an error; other shapes, dtypes or code get their own entries; cache_dir="" writes nothing;
+cache_info and clear_cache report and empty it."""
 import os
+import re
 import subprocess
 import sys
 
@@ -12,26 +15,46 @@ import torch
 
 import airgraph
 from airgraph import cache
+from airgraph.backend import collect_reports
 
 
 class Net(torch.nn.Module):
-    def __init__(self, seed=0):
+    # `shift * tensor` is folded into one constant by the passes: computed from a buffer
+    def __init__(self, seed=0, shift_seed=None):
         super().__init__()
         torch.manual_seed(seed)
         self.l1, self.l2 = torch.nn.Linear(12, 24), torch.nn.Linear(24, 6)
-        self.register_buffer("shift", torch.randn(6))
+        self.register_buffer("shift", torch.randn(6, generator=torch.Generator().manual_seed(
+            seed if shift_seed is None else shift_seed)))
 
     def forward(self, x):
         return torch.tanh(self.l2(torch.relu(self.l1(x)))) + self.shift * torch.tensor([1.0, 2, 3, 4, 5, 6])
 
 
-def run(model, x, folder):
+class ConvBN(torch.nn.Module):
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.conv, self.bn = torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)
+        with torch.no_grad():  # statistics that are not the identity, so that a stale fold shows
+            self.bn.running_mean.normal_()
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.normal_()
+            self.bn.bias.normal_()
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def run(model, x, folder, reports=None):
     torch._dynamo.reset()
     f = torch.compile(model, backend=airgraph.get_backend(airgraph.CompilerConfig(cache_dir=str(folder))),
                       dynamic=False)
-    with torch.no_grad():
+    with torch.no_grad(), collect_reports() as sink:
         got = f(x)
         torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-6)
+    if reports is not None:
+        reports.extend(sink)
     return got
 
 
@@ -42,13 +65,31 @@ def stats(folder):
 def test_second_compile_hits_and_weights_are_the_callers(tmp_path):
     x = torch.randn(5, 12)
     before = stats(tmp_path)
-    run(Net(0).eval(), x, tmp_path)
+    first, second = [], []
+    run(Net(0).eval(), x, tmp_path, first)
     after1 = stats(tmp_path)
     assert after1["entries"] == 1 and after1["misses"] == before["misses"] + 1 and after1["writes"] == before["writes"] + 1
-    # the same code and types with other weights: a hit, computed with these weights
-    run(Net(1).eval(), x, tmp_path)
+    # the same code and types with other weights where no pass folded them: a hit on the Dynamo
+    # graph's entry (no AOTAutograd, no lowering, no passes), computed with these weights
+    run(Net(1, shift_seed=0).eval(), x, tmp_path, second)
     after2 = stats(tmp_path)
-    assert after2["hits"] == after1["hits"] + 1 and after2["entries"] == 1
+    assert after2["hits"] == after1["hits"] + 1 and after2["optimized_hits"] == after1["optimized_hits"] + 1
+    assert after2["dynamo_hits"] == after1["dynamo_hits"] + 1 and after2["entries"] == 1
+    assert [p[0] for p in first[0].pass_stats[0]][:2] == ["canonicalize", "fold_constants"]
+    # the same optimized graph, but for the weights' names (the entry names them by argument position)
+    assert second[0].graphs[0].graph_text == re.sub(r"%arg(\d+)_1\b", lambda m: f"%w{m[1]}" if f"%w{m[1]}" in
+                                                    second[0].graphs[0].graph_text else m[0],
+                                                    first[0].graphs[0].graph_text)
+    assert [n.target for n in second[0].nodes] == [n.target for n in first[0].nodes]  # (the report's nodes)
+    # the folded buffer differs: the entry's folded constant was made from other weights, so its
+    # lowered graph is optimized again with these (the answer is this model's: run() compares it
+    # with eager); the entry stays
+    run(Net(1, shift_seed=5).eval(), x, tmp_path)
+    after3 = stats(tmp_path)
+    assert after3["hits"] == after2["hits"] + 1 and after3["other_weights"] == after2["other_weights"] + 1
+    assert after3["optimized_hits"] == after2["optimized_hits"] and after3["writes"] == after2["writes"]
+    run(Net(2, shift_seed=0).eval(), x, tmp_path)
+    assert stats(tmp_path)["optimized_hits"] == after3["optimized_hits"] + 1
     # weights changed in place after compiling are still seen (the cache holds none)
     m = Net(2).eval()
     torch._dynamo.reset()
@@ -57,6 +98,43 @@ def test_second_compile_hits_and_weights_are_the_callers(tmp_path):
         f(x)
         m.l1.weight.mul_(2)
         torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_folded_into_a_convolution_is_never_stale(tmp_path):
+    # the passes fold the batch norm's statistics into a scale and shift: the entry keeps them with
+    # the digest of the statistics; a model with other statistics is compiled anew, never served
+    # the first model's scale and shift
+    x = torch.randn(2, 3, 10, 10)
+    for k, seed in enumerate((0, 0, 1, 2, 0)):
+        before = stats(tmp_path)
+        run(ConvBN(seed).eval(), x, tmp_path)  # (compared with eager inside)
+        after = stats(tmp_path)
+        assert after["hits"] == before["hits"] + (k > 0), seed
+        assert after["optimized_hits"] == before["optimized_hits"] + (k > 0 and seed == 0), seed
+        assert after["other_weights"] == before["other_weights"] + (seed != 0), seed
+    # statistics changed in place after a hit: the graph is rebuilt from the entry's lowered graph
+    m = ConvBN(0).eval()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(cache_dir=str(tmp_path))))
+    with torch.no_grad():
+        f(x)
+        assert stats(tmp_path)["dynamo_hits"] > 0
+        m.bn.running_var.mul_(3)
+        torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-6)
+
+
+def test_derived_constants_from_large_weights_keep_the_lowered_graph(tmp_path, monkeypatch):
+    # when the weights a folded constant came from are too large to hash on every hit, the entry
+    # holds the lowered graph: a hit skips the lowering and runs the passes on this process's weights
+    monkeypatch.setattr(cache, "DERIVED_MAX_BYTES", 8)
+    x = torch.randn(2, 3, 10, 10)
+    run(ConvBN(0).eval(), x, tmp_path)
+    reports = []
+    before = stats(tmp_path)
+    run(ConvBN(1).eval(), x, tmp_path, reports)
+    after = stats(tmp_path)
+    assert after["hits"] == before["hits"] + 1 and after["optimized_hits"] == before["optimized_hits"]
+    assert "fold_constants" in [p[0] for p in reports[0].pass_stats[0]]
 
 
 def test_other_shapes_dtypes_and_code_get_their_own_entries(tmp_path):
@@ -77,7 +155,8 @@ def test_other_shapes_dtypes_and_code_get_their_own_entries(tmp_path):
 def test_a_damaged_entry_is_rebuilt(tmp_path, damage):
     x = torch.randn(5, 12)
     run(Net().eval(), x, tmp_path)
-    (path,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".agraph")]
+    (path,) = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs
+               if f.endswith(".agraph") and not f.endswith(".lowered.agraph")]
     data = open(path, "rb").read()
     data = {"truncate": data[: len(data) // 3], "flip": data[:200] + bytes([data[200] ^ 16]) + data[201:],
             "garbage": os.urandom(len(data)), "empty": b""}[damage]

@@ -214,9 +214,10 @@ class LowerCtx:
             self.set_sym_shape(vid, shape)
         return vid
 
-    def add_const(self, t: torch.Tensor, name: str) -> int:
-        """A contiguous tensor as a constant of the graph."""
-        vid = self.g.add_const(t, name)
+    def add_const(self, t: torch.Tensor, name: str, weights: bool = False) -> int:
+        """A contiguous tensor as a constant of the graph; `weights`: one of the caller's parameters
+        or buffers (bound per process: never written into the compile cache by value)."""
+        vid = self.g.add_const(t, name, weights)
         if self.rec is not None:
             self.sym_shapes[vid] = list(t.shape)
         return vid
