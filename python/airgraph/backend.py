@@ -185,7 +185,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
     key_ms = (time.perf_counter() - t0) * 1000
     if dkey is not None:
         with unset_fake_temporarily():
-            run = _cache.load_dynamo(config.cache_dir, dkey, real, config, report)
+            run = _cache.load_dynamo(config.cache_dir, dkey, real, params, config, report)
         if run is not None:
             report.compile_ms = (time.perf_counter() - t0) * 1000
             state["reason"] = ("it was loaded from airgraph's compile cache (aot_compile it with "

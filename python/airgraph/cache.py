@@ -1,6 +1,7 @@
-"""The compile cache: an ATen graph compiled once is kept on disk, so that the next process that
+"""The compile cache: a graph compiled once is kept on disk, so that the next process that
 compiles the same graph (same model code, input signature, pass options, airgraph and torch
-versions, CPU) skips the lowering from FX and the passes.
+versions, CPU) skips the lowering from FX and the passes, and for a Dynamo graph that runs whole
+on the engine, AOTAutograd too (see "Dynamo graphs" below; what follows is the ATen graph's entry).
 
 Where: CompilerConfig.cache_dir, default $AIRGRAPH_CACHE_DIR, else $XDG_CACHE_HOME/airgraph, else
 ~/.cache/airgraph; "" (or AIRGRAPH_CACHE_DIR=0) switches it off. One airgraph file per entry
@@ -15,7 +16,8 @@ cache entry can never bring back stale weights. It holds the optimized graph, an
 passes. Where a pass computed a constant from weights (a batch norm's scale and shift, an embedding
 of constant positions, a view of a buffer), the entry holds its bytes and a BLAKE2b digest of the
 weights it came from; a hit whose weights differ there (another checkpoint of the same model) is
-compiled anew, lowering and passes included, and replaces the entry. When those weights exceed
+compiled anew, lowering and passes included, and replaces the entry (a Dynamo graph's entry keeps
+the lowered graph beside the optimized one for that case). When those weights exceed
 DERIVED_MAX_BYTES (hashing them would cost more than the passes), the entry holds the lowered graph
 and the passes run in the process that hits it. The kernels (oneDNN primitives, prepacked GEMM and
 convolution weights) are always built in the calling process.
@@ -422,9 +424,9 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
         return True  # (the same disk would refuse the ATen-level entry)
 
 
-def load_dynamo(folder: str, key: str, example_inputs, config, report):
+def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, report):
     """The compiled callable from the Dynamo-level entry `key`, or None (a miss; an unusable entry
-    is removed and counted as rebuilt)."""
+    is removed and counted as rebuilt). params: position -> the user's name of a weight (messages)."""
     from .compiler import Lowered, NodeReport, const_resolver, engine_runner
 
     path = _path(folder, key)
@@ -468,7 +470,8 @@ def load_dynamo(folder: str, key: str, example_inputs, config, report):
             return Lowered.from_feeding(g, meta), state["optimized"]
 
         report.nodes[:] = [NodeReport(*n) for n in meta["nodes"]]
-        run = engine_runner([tuple(w) for w in meta["writes"]], consts, names, config, report, lowered_for)
+        run = engine_runner([tuple(w) for w in meta["writes"]], consts, {i: params.get(i, n) for i, n in names.items()},
+                            config, report, lowered_for)
         if state["optimized"]:
             report.pass_stats[0] = [tuple(p) for p in meta["pass_stats"]]
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error

@@ -250,6 +250,14 @@ def const_resolver(by_name: dict):
     return resolve
 
 
+def _program_value(v, dtype) -> torch.Tensor:
+    """A scalar input's value as a constant of one program (a binding's key holds it): not a weight,
+    so the passes may read it (a norm's eps)."""
+    t = torch.tensor(v, dtype=dtype)
+    t._airgraph_program_value = True
+    return t
+
+
 def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lowered:
     """Lowers every node of `gm` (placeholders at `consts` positions become constants)."""
     g = C.Graph()
@@ -263,7 +271,7 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
             t = consts[i].detach()
             if not t.is_contiguous():
                 t = t.contiguous()
-            ctx.env[n] = ctx.add_const(t, n.name, weights=True)
+            ctx.env[n] = ctx.add_const(t, n.name, weights=not getattr(consts[i], "_airgraph_program_value", False))
         elif _is_tensor_meta(val):
             ctx.env[n] = ctx.add_input(engine_dtype(val.dtype), static_shape(val), n.name)
             input_positions.append(i)
@@ -671,8 +679,7 @@ class SymbolicEngineGraph:
         if not self.values:
             return self.consts
         vals = key[len(self.symbols):]  # this program's values of the scalar inputs, as constants
-        return {**self.consts, **{i: torch.tensor(v, dtype=dt) for i, v, dt in zip(self.values, vals,
-                                                                                     self.value_dtypes)}}
+        return {**self.consts, **{i: _program_value(v, dt) for i, v, dt in zip(self.values, vals, self.value_dtypes)}}
 
     def _record(self, key):
         """Lowers the graph once for every size (lowering/sizes.py) and checks the recording against
