@@ -73,6 +73,9 @@ class AirgraphCompiled(SerializableCallable):
         from .compiler import lower_graph
 
         s = fn.state
+        if "cached" in s:  # a compile cache hit: its entry's lowered graph, weights named by position
+            c = s["cached"]
+            return _artifacts(c["graph"], c["feeding"], c["consts"], c["writes"], s["config"])
         reason = s.get("reason") or ("the graph was not compiled for inference" if "gm" not in s else None)
         if reason is None and (s["report"].symbolic or s["report"].engine_graphs != 1
                                or any(not n.native for n in s["report"].nodes)):
@@ -83,17 +86,24 @@ class AirgraphCompiled(SerializableCallable):
         gm, consts, config = s["gm"], s["consts"], s["config"]
         low = lower_graph(gm, consts)
         phs = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-        meta = {"version": ARTIFACT_VERSION, "airgraph": __version__, "torch": torch.__version__, **low.feeding(),
-                "consts": {str(i): phs[i] for i in consts},
-                "writes": [list(w) for w in gm.meta.get("airgraph_input_writes", ())],
-                "config": {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-                           if f.name not in ("cache_dir", "dump_dir")}}
         graph = low.g.save(True, f"airgraph {__version__}", "", [phs[i] for i in consts])
-        return pickle.dumps({"meta": json.dumps(meta), "graph": graph}, protocol=4)
+        return _artifacts(graph, low.feeding(), {str(i): phs[i] for i in consts},
+                          [list(w) for w in gm.meta.get("airgraph_input_writes", ())], config)
 
     @classmethod
     def deserialize_compile_artifacts(cls, data: bytes) -> "LoadedAot":
         return LoadedAot(pickle.loads(data))
+
+
+def _artifacts(graph: bytes, feeding: dict, consts: dict, writes: list, config) -> bytes:
+    """The bytes torch's aot_compile saves: the lowered graph (weights by name) and how to feed it."""
+    from . import __version__
+
+    meta = {"version": ARTIFACT_VERSION, "airgraph": __version__, "torch": torch.__version__, **feeding,
+            "consts": consts, "writes": writes,
+            "config": {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                       if f.name not in ("cache_dir", "dump_dir")}}
+    return pickle.dumps({"meta": json.dumps(meta), "graph": graph}, protocol=4)
 
 
 class LoadedAot:

@@ -185,11 +185,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
     key_ms = (time.perf_counter() - t0) * 1000
     if dkey is not None:
         with unset_fake_temporarily():
-            run = _cache.load_dynamo(config.cache_dir, dkey, real, params, config, report)
-        if run is not None:
+            hit = _cache.load_dynamo(config.cache_dir, dkey, real, params, config, report)
+        if hit is not None:
+            run, state["cached"] = hit  # (torch's aot_compile saves the entry's lowered graph)
             report.compile_ms = (time.perf_counter() - t0) * 1000
-            state["reason"] = ("it was loaded from airgraph's compile cache (aot_compile it with "
-                               "CompilerConfig(cache_dir=\"\"))")
             return aot_compile_support.wrap(lambda *args: run(list(args)), state)
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):

@@ -299,9 +299,10 @@ def compiled(gm, consts, folder: str, passes, lower, optimize):
 # to do (the graphs torch's aot_compile can save, airgraph/aot.py) is also kept under a key of the
 # Dynamo graph itself: a hit skips AOTAutograd as well as the lowering and the passes. Its entry
 # holds the optimized graph, which argument positions are the weights (by name), the input writes
-# and the compile report's node list; and, when the optimized graph holds constants computed from
-# weights, the lowered graph beside it (<key>.lowered.agraph), used when this process's weights
-# differ there (at the first call or after an in-place change): no AOTAutograd is ever needed.
+# and the compile report's node list; and the lowered graph beside it (<key>.lowered.agraph), used
+# when the optimized graph holds constants computed from weights that differ in this process (at the
+# first call or after an in-place change; no AOTAutograd is ever needed) and saved by torch's
+# aot_compile.
 
 
 def _target_text(t) -> str:
@@ -382,14 +383,12 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
     weights = _by_name(gm, consts)  # (by the ATen graph's names; the file names them w<argument position>)
     phs = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     rename = {phs[i]: f"w{i}" for i in consts}
+    if lowered is None or derived_sources(lowered, weights) != []:
+        return False  # (the lowered graph serves other weights, and torch's aot_compile)
     sources = derived_sources(g, weights)
     stage = OPTIMIZED
     if sources is None or sum(weights[n].numel() * weights[n].element_size() for n in sources) > DERIVED_MAX_BYTES:
-        if lowered is None or derived_sources(lowered, weights) != []:
-            return False
         g, lowered, sources, stage = lowered, None, [], LOWERED
-    elif sources and lowered is None:
-        return False  # (needed when another process's weights differ there)
     new_weights = {rename[n]: t for n, t in weights.items()}
     sources = [rename[n] for n in sources]
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "stage": stage,
@@ -405,7 +404,7 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
         os.makedirs(os.path.dirname(path), exist_ok=True)
         files = [(path, g.with_const_names(rename).save(True, f"airgraph {__version__}", json.dumps(meta),
                                                         list(new_weights)))]
-        if sources:  # the lowered graph, for other weights
+        if lowered is not None:  # the lowered graph, for other weights and torch's aot_compile
             files.insert(0, (path[:-len(".agraph")] + ".lowered.agraph",
                              lowered.with_const_names(rename).save(True, f"airgraph {__version__}",
                                                                     json.dumps({"key": key}), list(new_weights))))
@@ -425,8 +424,9 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
 
 
 def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, report):
-    """The compiled callable from the Dynamo-level entry `key`, or None (a miss; an unusable entry
-    is removed and counted as rebuilt). params: position -> the user's name of a weight (messages)."""
+    """(the compiled callable from the Dynamo-level entry `key`, what torch's aot_compile saves of
+    it: airgraph/aot.py's artifacts), or None (a miss; an unusable entry is removed and counted as
+    rebuilt). params: position -> the user's name of a weight (messages)."""
     from .compiler import Lowered, NodeReport, const_resolver, engine_runner
 
     path = _path(folder, key)
@@ -449,8 +449,8 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
         consts = {i: example_inputs[i] for i in names}
         if any(t.is_inference() for t in consts.values()):
             return None  # (such weights are read per call: the usual path decides)
-        lowered = None
-        if derived["sources"]:
+        lowered = main
+        if stage == OPTIMIZED:
             with open(lowered_path, "rb") as f:
                 lowered = f.read()
         state = {"optimized": False, "first": first}
@@ -491,7 +491,8 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
         _stats["hits"] += 1
         _stats["dynamo_hits"] += 1
         _stats["optimized_hits"] += bool(state["optimized"])
-    return run
+    return run, {"graph": lowered, "feeding": {k: meta[k] for k in ("input_positions", "scalar_inputs", "num_outputs")},
+                 "consts": meta["consts"], "writes": meta["writes"]}
 
 
 def cache_info(folder: str | None = None) -> dict:

@@ -70,6 +70,19 @@ def test_mlp_saved_and_loaded_in_a_new_process(tmp_path):
     _load_in_new_process(tmp_path, tmp_path / "mlp.aot", args, "mlp_fn")
 
 
+def test_a_compile_served_by_the_compile_cache_is_saved_too(tmp_path):
+    # the second aot_compile of the same function is a compile cache hit (no AOTAutograd): what it
+    # saves is the cache entry's lowered graph, and it loads and runs like the first one's
+    args = (_mlp(), torch.randn(3, 8))
+    hits = []
+    for k in range(2):
+        torch._dynamo.reset()
+        _save(mlp_fn, args, tmp_path / f"mlp{k}.aot")
+        hits.append(airgraph.cache_info()["dynamo_hits"])
+    assert hits[1] == hits[0] + 1, hits
+    _load_in_new_process(tmp_path, tmp_path / "mlp1.aot", args, "mlp_fn")
+
+
 def model_fn(model, *args):
     return model(*args)
 
