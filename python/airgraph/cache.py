@@ -98,7 +98,6 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=
     """The SHA-256 of everything lower_graph reads from `gm` and `consts`, and of `passes` (what the
     passes are told: switched-off passes, folding limit; see the module text)."""
     from . import __version__
-    from .compiler import get_attr_tensor
 
     global _CPU
     if _CPU is None:
@@ -119,21 +118,34 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=
         c = consts.get(i)
         put("ph", i, n.name, len(n.users), _meta_text(n.meta.get("val")),
             "input" if c is None else f"const {c.dtype} {tuple(c.shape)}")
+    _put_nodes(h, put, gm, str)  # (an OpOverload's text is its qualified name)
+    put("writes", gm.meta.get("airgraph_input_writes", ()))
+    return h.hexdigest()
+
+
+def _put_nodes(h, put, gm, target_text) -> bool:
+    """Hashes every call's kind, target, arguments and source line, the bytes of tensors the traced
+    code created, and the outputs; False for what no key can name (a module call, an attribute
+    that is not a tensor)."""
+    from .compiler import get_attr_tensor
+
     for n in gm.graph.nodes:
-        if n.op == "call_function":
-            put(n.name, n.target, _arg_text(n.args), _arg_text(n.kwargs))
+        if n.op in ("call_function", "call_method"):
+            put(n.op, n.name, target_text(n.target), _arg_text(n.args), _arg_text(n.kwargs))
             h.update(n.meta.get("stack_trace", "").encode())
         elif n.op == "get_attr":
             t = get_attr_tensor(n)
-            if isinstance(t, torch.Tensor):
-                t = t.detach().contiguous()
-                put("attr", n.name, t.dtype, tuple(t.shape))
-                if t.numel():
-                    h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+            if not isinstance(t, torch.Tensor):
+                return False
+            t = t.detach().contiguous()
+            put("attr", n.name, t.dtype, tuple(t.shape))
+            if t.numel():
+                h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
         elif n.op == "output":
             put("out", _arg_text(n.args))
-    put("writes", gm.meta.get("airgraph_input_writes", ()))
-    return h.hexdigest()
+        elif n.op == "call_module":
+            return False
+    return True
 
 
 def _path(folder: str, key: str) -> str:
@@ -227,17 +239,23 @@ def store(folder: str, key: str, gm, consts, low, stage: str, sources: list) -> 
     weights = _by_name(gm, consts)
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "stage": stage,
             "derived": {"sources": sources, "digest": _digest(weights, sources)}, **low.feeding()}
+    _write(folder, lambda: [(_path(folder, key), low.g.save(True, f"airgraph {__version__}", json.dumps(meta),
+                                                             list(weights)))])
+
+
+def _write(folder: str, files) -> None:
+    """Writes files() -> [(path, bytes)], each atomically (a reader sees a whole file or none), in
+    order, as one entry; a failure (a full or read-only disk) is a warning, never a failed compile."""
     try:
-        data = low.g.save(True, f"airgraph {__version__}", json.dumps(meta), list(weights))
-        path = _path(folder, key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        for path, data in files():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
         with _lock:
             _stats["writes"] += 1
-    except Exception as e:  # a full or read-only disk must not fail the compile
+    except Exception as e:
         with _lock:
             _stats["errors"] += 1
         log.warning("airgraph: could not write the compile cache entry in %s: %s: %s", folder, type(e).__name__, e)
@@ -345,28 +363,11 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
         st = x.untyped_storage().data_ptr()
         put("in", i, "param" if i in params else "input", x.dtype, tuple(x.shape), x.stride(), x.storage_offset(),
             x.requires_grad, x.is_inference(), storages.setdefault(st, i))  # (which inputs share memory)
+    put("placeholders", *[n.name for n in gm.graph.nodes if n.op == "placeholder"])
     try:
-        for n in gm.graph.nodes:
-            if n.op == "call_module":
-                return None
-            if n.op in ("call_function", "call_method"):
-                put(n.op, n.name, _target_text(n.target), _arg_text(n.args), _arg_text(n.kwargs))
-                h.update(n.meta.get("stack_trace", "").encode())
-            elif n.op == "get_attr":
-                from .compiler import get_attr_tensor
-
-                t = get_attr_tensor(n)
-                if not isinstance(t, torch.Tensor):
-                    return None
-                t = t.detach().contiguous()
-                put("attr", n.name, t.dtype, tuple(t.shape))
-                if t.numel():
-                    h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
-            elif n.op == "output":
-                put("out", _arg_text(n.args))
-            elif n.op == "placeholder":
-                put("ph", n.name)
-    except ValueError:
+        if not _put_nodes(h, put, gm, _target_text):
+            return None
+    except ValueError:  # a target without a stable name
         return None
     return h.hexdigest()
 
@@ -399,28 +400,19 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
             "num_outputs": eg.num_outputs, "fx_names": {},
             "nodes": [[n.name, n.target, n.native, n.reason, n.source] for n in report.nodes],
             "pass_stats": [list(p) for p in (report.pass_stats[0] if report.pass_stats else [])]}
-    try:
-        path = _path(folder, key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        files = [(path, g.with_const_names(rename).save(True, f"airgraph {__version__}", json.dumps(meta),
-                                                        list(new_weights)))]
+    path = _path(folder, key)
+
+    def files():
+        out = [(path, g.with_const_names(rename).save(True, f"airgraph {__version__}", json.dumps(meta),
+                                                      list(new_weights)))]
         if lowered is not None:  # the lowered graph, for other weights and torch's aot_compile
-            files.insert(0, (path[:-len(".agraph")] + ".lowered.agraph",
-                             lowered.with_const_names(rename).save(True, f"airgraph {__version__}",
-                                                                    json.dumps({"key": key}), list(new_weights))))
-        for p, data in files:  # (the lowered one first: the main file names a complete entry)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, p)
-        with _lock:
-            _stats["writes"] += 1
-        return True
-    except Exception as e:  # a full or read-only disk must not fail the compile
-        with _lock:
-            _stats["errors"] += 1
-        log.warning("airgraph: could not write the compile cache entry in %s: %s: %s", folder, type(e).__name__, e)
-        return True  # (the same disk would refuse the ATen-level entry)
+            out.insert(0, (path[:-len(".agraph")] + ".lowered.agraph",  # (first: the main file completes it)
+                           lowered.with_const_names(rename).save(True, f"airgraph {__version__}",
+                                                                  json.dumps({"key": key}), list(new_weights))))
+        return out
+
+    _write(folder, files)
+    return True  # (written, or refused by a disk that would refuse the ATen-level entry too)
 
 
 def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, report):
