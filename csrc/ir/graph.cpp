@@ -252,8 +252,12 @@ Node* Graph::make_node(const std::string& opname, const std::vector<Value*>& inp
   } catch (const Error& e) {
     fail(e.what(), "\n  in ", node->context());
   }
-  for (auto& t : out_types)
-    for (auto& d : t.dims) AG_CHECK(d.value >= 0, "negative size inferred for ", node->context());
+  for (auto& t : out_types) {  // (a corrupt file's attributes may ask for any size)
+    int64_t bytes = static_cast<int64_t>(dtype_size(t.dtype));
+    for (auto& d : t.dims)
+      AG_CHECK(d.value >= 0 && !__builtin_mul_overflow(bytes, d.value, &bytes), "size ", t.str(), " inferred for ",
+               node->context(), " is negative or does not fit in 64 bits");
+  }
   if (outputs)
     AG_CHECK(outputs->size() == out_types.size(), "op ", op->name, " gives ", out_types.size(), " outputs, not ",
              outputs->size(), ": ", node->context());

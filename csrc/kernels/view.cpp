@@ -17,8 +17,8 @@ std::vector<TensorType> infer_reshape(const std::vector<TensorType>& in, const A
       AG_CHECK(infer_at < 0, "reshape: only one dimension can be -1, got ", shape_str(shape));
       infer_at = static_cast<int64_t>(i);
     } else {
-      AG_CHECK(shape[i] >= 0, "reshape: invalid size in ", shape_str(shape));
-      known *= shape[i];
+      AG_CHECK(shape[i] >= 0 && !__builtin_mul_overflow(known, shape[i], &known), "reshape: invalid size in ",
+               shape_str(shape));
     }
   }
   int64_t n = in[0].numel();

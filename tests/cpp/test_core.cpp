@@ -118,6 +118,20 @@ TEST(IR, UnknownOpAndArity) {
   EXPECT_THROW(g.add_node("t_addc", {i}, addc(1)), Error);
 }
 
+TEST(IR, AbsurdSizesAreErrorsNotOverflows) {
+  // sizes a corrupt airgraph file may carry in a node's attributes: an error, never a signed
+  // overflow (found by the loader's fuzz test under UBSan)
+  Graph g;
+  Value* x = g.add_input(f32({2, 3}), "x");
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{int64_t(1) << 62, 6, -1},
+                                     std::vector<int64_t>{int64_t(1) << 40, int64_t(1) << 40},
+                                     std::vector<int64_t>{-5, 6}}) {
+    Attrs r;
+    r.set("shape", shape);
+    EXPECT_THROW(g.add_node("reshape", {x}, r), Error);
+  }
+}
+
 TEST(IR, SymbolicDims) {
   Graph g;
   int s = g.add_symbol("batch");
