@@ -205,6 +205,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         # one entry per graph: the Dynamo graph's where it can be kept, else the ATen graph's
         with unset_fake_temporarily():
             _write_entries(aot_gm, consts, aten_entries)
+        for eg in report.graphs:  # (the graphs kept for the entry are not needed any more)
+            eg.optimized_graph = eg.lowered_graph = None
         return out
 
     def _write_entries(aot_gm, consts, aten_entries):

@@ -359,14 +359,18 @@ class EngineGraph:
         self.gm = gm
         self.config = config
         stats = [] if optimized else None  # (a symbolic graph's template was optimized once, for every size)
-        self.lowered_graph = None  # the graph before the passes, when the compile cache wants it
+        # the graphs before and after the passes, for the compile cache's Dynamo-level entry (the
+        # backend writes it, or not, and drops them)
+        self.lowered_graph = self.optimized_graph = None
+        cached = False
         if lowered is not None:
             low = lowered
         elif (config.cache_dir and not graph_symbols(gm)  # (a symbolic graph lowered per size is not kept)
               and not (config.dump_graph or config.dump_data or config.fault_node)):  # (they see every pass)
             low, stats, self.lowered_graph = _cache.compiled(gm, consts, config.cache_dir,
-                                         (sorted(config.disable_passes), config.fold_max_bytes),
-                                         lambda: lower_graph(gm, consts), self._optimize)
+                                                             (sorted(config.disable_passes), config.fold_max_bytes),
+                                                             lambda: lower_graph(gm, consts), self._optimize)
+            cached = True
         else:
             low = lower_graph(gm, consts)
         g = low.g
@@ -386,7 +390,8 @@ class EngineGraph:
             self._expose_for_dump(g)
         # the optimized graph as text (tests and debugging; the other sizes of a symbolic graph skip it)
         self.graph_text = str(g) if keep_text else ""
-        self.optimized_graph = g if config.cache_dir else None  # (the compile cache may write it)
+        if cached:
+            self.optimized_graph = g
         self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena, kernel_cache)
         self.exe.set_profiling(config.profile)
         self._plan_call()
