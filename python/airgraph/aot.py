@@ -42,9 +42,11 @@ def aot_wrapper_reason(aot_gm) -> str | None:
     if meta is None:
         return "AOTAutograd gave no metadata"
     try:
-        from torch._functorch._aot_autograd.schemas import OutputType, SubclassCreationMeta
+        from torch._functorch._aot_autograd.schemas import MutationType, OutputType, SubclassCreationMeta
     except ImportError:
         return "this torch's AOTAutograd metadata is not known to airgraph"
+    if any(getattr(i, "mutation_type", None) == MutationType.MUTATED_OUT_GRAPH for i in meta.input_info):
+        return "an input is written outside the graph (AOTAutograd's wrapper copies it back)"
     if any(o.output_type != OutputType.non_alias for o in meta.output_info):
         return "an output aliases an input or another output"
     if getattr(meta, "num_intermediate_bases", 0):

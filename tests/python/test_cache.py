@@ -116,11 +116,14 @@ def test_batch_norm_folded_into_a_convolution_is_never_stale(tmp_path):
     m = ConvBN(0).eval()
     torch._dynamo.reset()
     f = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(cache_dir=str(tmp_path))))
+    before = stats(tmp_path)
     with torch.no_grad():
         f(x)
-        assert stats(tmp_path)["dynamo_hits"] > 0
+        after = stats(tmp_path)
+        assert after["dynamo_hits"] == before["dynamo_hits"] + 1 and after["optimized_hits"] == before["optimized_hits"] + 1
         m.bn.running_var.mul_(3)
         torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-6)
+    assert stats(tmp_path)["other_weights"] == after["other_weights"] + 1  # (the rebuild saw other statistics)
 
 
 def test_derived_constants_from_large_weights_keep_the_lowered_graph(tmp_path, monkeypatch):
@@ -212,3 +215,30 @@ def test_key_covers_tensors_the_code_creates(tmp_path):
         run(Scaled(), torch.randn(4, 2), tmp_path)
     assert stats(tmp_path)["entries"] == 2
     assert cache.FORMAT_VERSION >= 1
+
+
+def test_a_hit_makes_the_graphs_input_writes(tmp_path):
+    # a static KV cache's index_copy_ stays in the graph (an input write the engine makes): a process
+    # served by the Dynamo graph's entry updates the caller's tensor as the first one did
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, kv, pos, x):
+            kv.index_copy_(0, pos, self.proj(x))
+            return kv.sum(0) * 2
+
+    before = stats(tmp_path)["dynamo_hits"]
+    for k in range(2):
+        torch._dynamo.reset()
+        torch.manual_seed(k)
+        m = Step().eval()
+        f = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(cache_dir=str(tmp_path))))
+        with torch.no_grad():
+            kv, want_kv = torch.zeros(6, 4), torch.zeros(6, 4)
+            for step in range(3):
+                pos, x = torch.tensor([step]), torch.randn(1, 4)
+                torch.testing.assert_close(f(kv, pos, x), m(want_kv, pos, x))
+                torch.testing.assert_close(kv, want_kv)
+        assert stats(tmp_path)["dynamo_hits"] == before + k  # (the second compile is a hit)
