@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,8 @@ const char* kUsage =
     "  --output Y.npy   where to write the next output (as many as the model has outputs;\n"
     "                   '-' skips one). Without --output and --output-dir no file is written:\n"
     "                   the outputs' dtypes and shapes are printed only.\n"
-    "  --output-dir DIR write every output k as DIR/out<k>.npy (when --output is not given).\n"
+    "  --output-dir DIR write every output k as DIR/out<k>.npy (when --output is not given; DIR is\n"
+    "                   created if missing).\n"
     "  --bench N        after 3 warm-up calls, time N calls and print the median, p10 and p90\n"
     "                   latency in microseconds (the outputs written are the first call's).\n"
     "  --threads T      intra-op threads (OpenMP) for the calls; default: OMP_NUM_THREADS or all.\n"
@@ -134,6 +136,11 @@ int run(const Args& a) {
   for (const auto& path : a.inputs) {
     arrays.push_back(airgraph::npy::read(path));
     refs.push_back(airgraph::TensorRef{arrays.back().data.get(), arrays.back().dtype, arrays.back().shape});
+  }
+  if (!a.output_dir.empty()) {  // created if missing, as `mkdir -p` would
+    std::error_code ec;
+    std::filesystem::create_directories(a.output_dir, ec);
+    if (ec) throw airgraph::Error("--output-dir " + a.output_dir + ": cannot create it: " + ec.message());
   }
   // with --bench, the written inputs change every call: keep the outputs of the first
   std::vector<airgraph::Tensor> outs = m.run(refs, a.threads);

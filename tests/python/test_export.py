@@ -154,7 +154,8 @@ def test_cli_runs_an_exported_zoo_model_like_eager(tmp_path):
     with torch.no_grad():
         airgraph.export(model, args, path, example_kwargs=kwargs)
         want = zoo._flat(model(*args, **kwargs))
-    cmd = [_airgraph_run(), str(path), "--output-dir", str(tmp_path), "--bench", "5"]
+    out_dir = tmp_path / "outputs" / "bert"  # (created by airgraph-run)
+    cmd = [_airgraph_run(), str(path), "--output-dir", str(out_dir), "--bench", "5"]
     for i, a in enumerate(list(args) + list(kwargs.values())):
         np.save(tmp_path / f"in{i}.npy", a.numpy())
         cmd += ["--input", str(tmp_path / f"in{i}.npy")]
@@ -162,7 +163,7 @@ def test_cli_runs_an_exported_zoo_model_like_eager(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "median" in r.stdout, r.stdout
     for k, w in enumerate(want):
-        got = torch.from_numpy(np.load(tmp_path / f"out{k}.npy"))
+        got = torch.from_numpy(np.load(out_dir / f"out{k}.npy"))
         torch.testing.assert_close(got, w, rtol=1e-4, atol=1e-4)
     # a wrong input is a clear error with a non-zero exit, not a crash
     np.save(tmp_path / "bad.npy", np.zeros((3, 3), dtype=np.float32))
