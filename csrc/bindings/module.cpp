@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -364,6 +365,32 @@ NB_MODULE(_C, m) {
                       g.g->symbols().size(), " symbols");
              return eval_size_expr(g.g->exprs()[id], sizes);
            })
+      .def("add_guard",  // relation: sympy's class name (Equality, Unequality, StrictLessThan, ...)
+           [](PyGraph& g, int expr, const std::string& relation, bool outcome, const std::string& text) {
+             static const std::pair<const char*, Graph::Rel> rels[] = {
+                 {"Equality", Graph::Rel::eq},      {"Unequality", Graph::Rel::ne},
+                 {"StrictLessThan", Graph::Rel::lt}, {"LessThan", Graph::Rel::le},
+                 {"StrictGreaterThan", Graph::Rel::gt}, {"GreaterThan", Graph::Rel::ge}};
+             for (const auto& [name, rel] : rels)
+               if (relation == name) return g.g->add_guard(Graph::Guard{expr, rel, outcome, text});
+             fail("add_guard: unknown relation '", relation, "'");
+           })
+      .def("failed_guard",  // the text of the first guard that fails at `sizes`, or None
+           [](PyGraph& g, const std::vector<int64_t>& sizes) -> std::optional<std::string> {
+             AG_CHECK(sizes.size() == g.g->symbols().size(), "failed_guard: ", sizes.size(), " sizes for ",
+                      g.g->symbols().size(), " symbols");
+             const Graph::Guard* f = g.g->failed_guard(sizes);
+             if (!f) return std::nullopt;
+             return f->text + " is " + (f->outcome ? "true" : "false");
+           })
+      .def("guards",
+           [](PyGraph& g) {
+             std::vector<std::pair<std::string, bool>> r;
+             for (const auto& gd : g.g->guards()) r.emplace_back(gd.text, gd.outcome);
+             return r;
+           })
+      .def("symbols", [](PyGraph& g) { return g.g->symbols(); })
+      .def("rename_symbols", [](PyGraph& g, const std::vector<std::string>& n) { g.g->rename_symbols(n); })
       .def("eval_exprs",  // several expressions at one binding (guards of a recorded graph)
            [](PyGraph& g, const std::vector<int>& ids, const std::vector<int64_t>& sizes) {
              AG_CHECK(sizes.size() == g.g->symbols().size(), "eval_exprs: ", sizes.size(), " sizes for ",

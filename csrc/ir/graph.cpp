@@ -84,6 +84,36 @@ int Graph::add_expr(SizeExpr e) {
   return static_cast<int>(exprs_.size()) - 1;
 }
 
+void Graph::add_guard(Guard g) {
+  AG_CHECK(g.expr >= 0 && g.expr < static_cast<int32_t>(exprs_.size()), "guard '", g.text, "': no size expression ",
+           g.expr);
+  AG_CHECK(static_cast<uint8_t>(g.rel) <= static_cast<uint8_t>(Rel::ge), "guard '", g.text, "': bad relation");
+  guards_.push_back(std::move(g));
+}
+
+const Graph::Guard* Graph::failed_guard(const std::vector<int64_t>& sizes) const {
+  for (const Guard& g : guards_) {
+    const int64_t v = eval_size_expr(exprs_[g.expr], sizes);
+    bool r = false;
+    switch (g.rel) {
+      case Rel::eq: r = v == 0; break;
+      case Rel::ne: r = v != 0; break;
+      case Rel::lt: r = v < 0; break;
+      case Rel::le: r = v <= 0; break;
+      case Rel::gt: r = v > 0; break;
+      case Rel::ge: r = v >= 0; break;
+    }
+    if (r != g.outcome) return &g;
+  }
+  return nullptr;
+}
+
+void Graph::rename_symbols(const std::vector<std::string>& names) {
+  AG_CHECK(names.size() == symbols_.size(), "rename_symbols: ", names.size(), " names for ", symbols_.size(),
+           " symbols");
+  symbols_ = names;
+}
+
 void Graph::set_dim_exprs(Value* v, std::vector<int32_t> exprs) {
   AG_CHECK(static_cast<int64_t>(exprs.size()) == v->type.rank(), "value %", v->name, " has rank ", v->type.rank(),
            ", got ", exprs.size(), " dim expressions");
@@ -108,6 +138,13 @@ static std::string dims_text(const std::vector<int64_t>& d) { return shape_str(d
 std::unique_ptr<Graph> Graph::instantiate(const std::vector<int64_t>& sizes) const {
   AG_CHECK(sizes.size() == symbols_.size(), "instantiate: ", sizes.size(), " sizes for ", symbols_.size(),
            " symbols");
+  if (const Guard* g = failed_guard(sizes)) {
+    std::string binding;
+    for (size_t i = 0; i < sizes.size(); ++i) binding += (i ? ", " : "") + symbols_[i] + "=" + std::to_string(sizes[i]);
+    fail("at sizes ", binding, ": outside the sizes this graph was made for: it needs ", g->text, " to be ",
+         g->outcome ? "true" : "false", " (a decision its lowering took, or the range its sizes were exported "
+         "with); trace or export it with example inputs of such sizes");
+  }
   return replay(&sizes);
 }
 
@@ -135,6 +172,7 @@ std::unique_ptr<Graph> Graph::replay(const std::vector<int64_t>* sizes) const {
   if (keep) {
     out->symbols_ = symbols_;
     out->exprs_ = exprs_;
+    out->guards_ = guards_;
   }
   out->values_.reserve(values_.size());
   // placeholders keep every id; the values a pass left unused stay bare
@@ -340,6 +378,7 @@ std::string Graph::str() const {
     for (auto& s : symbols_) os << " " << s;
     os << "\n";
   }
+  for (const Guard& g : guards_) os << "  guard: " << g.text << " is " << (g.outcome ? "true" : "false") << "\n";
   std::unordered_set<const Value*> consts;
   for (auto& n : nodes_)
     for (Value* v : n->inputs)

@@ -113,6 +113,22 @@ class Graph {
   // input's dims, the node attributes that hold sizes (Node::sym_attrs), and the shapes
   // other values must have (checks). instantiate() replays it for another binding.
   int add_expr(SizeExpr e);  // checked against the symbols added so far
+  // A decision the lowering took at the binding it ran at (a size compared with another): the
+  // graph is that lowering only where every guard has the same outcome. instantiate() refuses
+  // a binding where one fails (another lowering is needed there); clone() and files keep them.
+  enum class Rel : uint8_t { eq, ne, lt, le, gt, ge };  // (expr) rel 0
+  struct Guard {
+    int32_t expr;  // lhs - rhs
+    Rel rel;
+    bool outcome;      // at the recorded binding
+    std::string text;  // the relation as the front wrote it, for messages
+  };
+  void add_guard(Guard g);
+  const std::vector<Guard>& guards() const { return guards_; }
+  // The first guard whose outcome differs at `sizes` (one per symbol), or nullptr.
+  const Guard* failed_guard(const std::vector<int64_t>& sizes) const;
+  // Renames the symbols (the names messages use; a model file's symbols are the user's dims).
+  void rename_symbols(const std::vector<std::string>& names);
   const std::vector<SizeExpr>& exprs() const { return exprs_; }
   // The dims of `v` as expressions (-1: a constant dim). For a graph input they give its
   // type in every binding; for any other value they are a check on the inferred type.
@@ -168,6 +184,7 @@ class Graph {
   std::vector<InputWrite> input_writes_;
   std::vector<std::string> symbols_;
   std::vector<SizeExpr> exprs_;
+  std::vector<Guard> guards_;
   std::vector<std::vector<int32_t>> dim_exprs_;  // by value id: expr per dim (empty: none)
   int num_dim_exprs_ = 0;
   int next_node_id_ = 0;

@@ -320,6 +320,13 @@ std::string GraphFile::save(const Graph& g, const SaveOptions& opt) {
     w.put<uint32_t>(iw.input);
     w.put<uint32_t>(iw.output);
   }
+  w.count(g.guards_.size());
+  for (const auto& gd : g.guards_) {
+    w.put<int32_t>(gd.expr);
+    w.put<uint8_t>(static_cast<uint8_t>(gd.rel));
+    w.put<uint8_t>(gd.outcome);
+    w.str(gd.text);
+  }
   w.put<int32_t>(g.next_node_id_);
   w.str(opt.producer);
   w.str(opt.metadata);
@@ -514,6 +521,17 @@ LoadedGraph GraphFile::load(const uint8_t* base, size_t size, const std::shared_
     w.output = r.index(outs.size(), "written output");
   }
   g->set_input_writes(std::move(writes));
+  size_t nguard = r.count(10, "guards");
+  for (size_t i = 0; i < nguard; ++i) {
+    Graph::Guard gd;
+    gd.expr = r.get<int32_t>();
+    const uint8_t rel = r.get<uint8_t>(), outcome = r.get<uint8_t>();
+    AG_CHECK(rel <= static_cast<uint8_t>(Graph::Rel::ge) && outcome <= 1, "airgraph file: corrupt guard ", i);
+    gd.rel = static_cast<Graph::Rel>(rel);
+    gd.outcome = outcome;
+    gd.text = r.str("guard");
+    g->add_guard(std::move(gd));  // checks the expression's range
+  }
   int32_t next = r.get<int32_t>();
   for (const auto& n : g->nodes_)
     AG_CHECK(n->id >= 0 && n->id < next, "airgraph file: corrupt metadata: node id ", n->id);

@@ -32,7 +32,7 @@
 
 namespace ag {
 
-inline constexpr uint32_t kGraphFileVersion = 1;
+inline constexpr uint32_t kGraphFileVersion = 2;  // 2: size guards
 
 struct SaveOptions {
   // false: constants are written by name and type only, and the loader's resolver supplies

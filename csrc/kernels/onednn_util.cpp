@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "kernels/common.h"
+#include "runtime/memory.h"
 
 namespace ag::dnnl_util {
 
@@ -51,13 +52,7 @@ dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type dt) {
   return dnnl::memory::desc(to_dims(shape), dt, to_dims(st));
 }
 
-Buffer alloc_buffer(size_t bytes) {
-  size_t padded = ((bytes + 63) / 64) * 64;
-  if (padded == 0) padded = 64;
-  void* p = std::aligned_alloc(64, padded);
-  AG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
-  return Buffer{std::shared_ptr<void>(p, [](void* q) { std::free(q); }), bytes};
-}
+Buffer alloc_buffer(size_t bytes) { return Buffer{alloc_aligned(bytes), bytes}; }
 
 void to_f32(DType t, const void* src, float* dst, int64_t n) {
   AG_DISPATCH_FLOAT(t, "to_f32", [&] {

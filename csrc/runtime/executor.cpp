@@ -6,16 +6,11 @@
 #include <cstring>
 
 #include "ir/error.h"
+#include "runtime/memory.h"
 
 namespace ag {
 namespace {
-std::shared_ptr<void> aligned_buffer(size_t nbytes) {
-  size_t padded = ((nbytes + 63) / 64) * 64;
-  if (padded == 0) padded = 64;
-  void* p = std::aligned_alloc(64, padded);
-  AG_CHECK(p != nullptr, "out of memory allocating ", nbytes, " bytes");
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-}
+std::shared_ptr<void> aligned_buffer(size_t nbytes) { return alloc_aligned(nbytes); }
 // Test-only: runs the real kernel, then adds 1 to every element of a float32
 // output (or flips the low bit of other dtypes' first byte).
 class FaultKernel final : public Kernel {

@@ -312,6 +312,97 @@ def compiled(gm, consts, folder: str, passes, lower, optimize):
     return low, stats, kept
 
 
+# ----------------------------------------------------------------------------- symbolic graphs
+# A graph with symbolic sizes (dynamic=True, a second size, gears) is lowered once for every size
+# (compiler.SymbolicEngineGraph): the entry, under the ATen graph's key and its value inputs, holds
+# that template with its guards (the sizes where the lowering's decisions hold), the sizes it was
+# checked at, and the template after the passes (<key>.optimized.agraph; derived constants as in
+# an ATen entry). A hit skips the lowering, its check and the passes; a process whose first sizes
+# fail a guard, or whose folded weights differ, records the template again and replaces the entry.
+
+SYMBOLIC = "symbolic"
+
+
+def _optimized_path(path: str) -> str:
+    return path[:-len(".agraph")] + ".optimized.agraph"
+
+
+def load_symbolic(folder: str, key: str, gm, consts, hint: list, vals: list):
+    """(the template Lowered, its optimized graph or None, the probe sizes) for `key` at this
+    process's first sizes `hint` and value inputs `vals`, or None (a miss)."""
+    from .compiler import Lowered, const_resolver
+
+    path = _path(folder, key)
+    if not os.path.exists(path):
+        with _lock:
+            _stats["misses"] += 1
+        return None
+    weights = _by_name(gm, consts)
+    try:
+        with open(path, "rb") as f:
+            g, _, text = C.load_graph_bytes(f.read(), const_resolver(weights))
+        meta = json.loads(text)
+        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION or meta.get("key") != key \
+                or meta.get("stage") != SYMBOLIC:
+            raise EngineError(f"not a {FORMAT} v{FORMAT_VERSION} symbolic entry for this key")
+        derived, probe = meta["derived"], [int(x) for x in meta["probe"]]
+        if len(probe) != len(hint) or len(g.symbols()) != len(hint):
+            raise EngineError("bad metadata")
+        low = Lowered.from_feeding(g, meta)
+        opt = None
+        if meta["optimized"] and _digest(weights, derived["sources"]) == derived["digest"]:
+            with open(_optimized_path(path), "rb") as f:
+                opt, _, _ = C.load_graph_bytes(f.read(), const_resolver(weights))
+        elif meta["optimized"]:
+            with _lock:
+                _stats["other_weights"] += 1
+    except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
+        log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", path, type(e).__name__,
+                    str(e).splitlines()[0] if str(e) else "")
+        with _lock:
+            _stats["rebuilt"] += 1
+            _stats["misses"] += 1
+        for p in (path, _optimized_path(path)):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        return None
+    if meta.get("values") != list(vals) or low.g.failed_guard(list(hint)) is not None:
+        with _lock:  # (recorded for other value inputs, or at sizes whose decisions differ from these)
+            _stats["misses"] += 1
+        return None
+    with _lock:
+        _stats["hits"] += 1
+        _stats["optimized_hits"] += opt is not None
+    return low, opt, probe
+
+
+def store_symbolic(folder: str, key: str, gm, consts, template, opt, probe: list, vals: list) -> None:
+    """Writes the entry of a template (and its optimized graph, or None) recorded for `key`."""
+    from . import __version__
+
+    weights = _by_name(gm, consts)
+    sources = derived_sources(opt, weights) if opt is not None else None
+    if sources is None or sum(weights[n].numel() * weights[n].element_size() for n in sources) > DERIVED_MAX_BYTES:
+        opt, sources = None, []
+    if derived_sources(template.g, weights) != []:
+        return  # (a constant made of weights in the lowered graph: nothing to bind it to by name)
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "stage": SYMBOLIC,
+            "derived": {"sources": sources, "digest": _digest(weights, sources)}, "optimized": opt is not None,
+            "probe": [int(x) for x in probe], "values": list(vals), **template.feeding(), "fx_names": {}}
+    path = _path(folder, key)
+    producer = f"airgraph {__version__}"
+
+    def files():
+        out = [(path, template.g.save(True, producer, json.dumps(meta), list(weights)))]
+        if opt is not None:  # (first: the main file completes the entry)
+            out.insert(0, (_optimized_path(path), opt.save(True, producer, json.dumps({"key": key}), list(weights))))
+        return out
+
+    _store_later(lambda: _write(folder, files))
+
+
 # ----------------------------------------------------------------------------- Dynamo graphs
 # A Dynamo graph that compiled into one engine graph with nothing for AOTAutograd's runtime wrapper
 # to do (the graphs torch's aot_compile can save, airgraph/aot.py) is also kept under a key of the
@@ -376,6 +467,7 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
     """Writes the Dynamo-level entry of a graph compiled whole into report.graphs[0] (see above);
     False when it cannot be kept at this level."""
     from . import __version__
+    from .compiler import Lowered
 
     eg = report.graphs[0]
     g, lowered = eg.optimized_graph, eg.lowered_graph
@@ -395,9 +487,7 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "stage": stage,
             "derived": {"sources": sources, "digest": _digest(new_weights, sources)},
             "consts": {str(i): f"w{i}" for i in consts}, "writes": [list(w) for w in writes],
-            "input_positions": list(eg.input_positions),
-            "scalar_inputs": {str(k): str(v).replace("torch.", "") for k, v in eg.scalar_inputs.items()},
-            "num_outputs": eg.num_outputs, "fx_names": {},
+            **Lowered(g, eg.input_positions, eg.scalar_inputs, eg.num_outputs, {}).feeding(),
             "nodes": [[n.name, n.target, n.native, n.reason, n.source] for n in report.nodes],
             "pass_stats": [list(p) for p in (report.pass_stats[0] if report.pass_stats else [])]}
     path = _path(folder, key)
@@ -487,6 +577,11 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
                  "consts": meta["consts"], "writes": meta["writes"]}
 
 
+def _is_main(f: str) -> bool:
+    """An entry's main file (not the graph kept beside it: .lowered or .optimized)."""
+    return f.endswith(".agraph") and not f.endswith((".lowered.agraph", ".optimized.agraph"))
+
+
 def cache_info(folder: str | None = None) -> dict:
     """This process's hits, misses, writes and rebuilt entries, and the folder's entries and bytes."""
     folder = default_dir() if folder is None else folder
@@ -495,7 +590,7 @@ def cache_info(folder: str | None = None) -> dict:
         for root, _, files in os.walk(folder):
             for f in files:
                 if f.endswith(".agraph"):
-                    entries += not f.endswith(".lowered.agraph")  # (part of its entry)
+                    entries += _is_main(f)
                     size += os.path.getsize(os.path.join(root, f))
     with _lock:
         return {"dir": folder, "entries": entries, "bytes": size, **_stats}
@@ -510,5 +605,5 @@ def clear_cache(folder: str | None = None) -> int:
             for f in files:
                 if f.endswith(".agraph") or f.startswith(".tmp-"):
                     os.unlink(os.path.join(root, f))
-                    n += f.endswith(".agraph") and not f.endswith(".lowered.agraph")
+                    n += _is_main(f)
     return n

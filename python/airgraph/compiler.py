@@ -571,6 +571,8 @@ class ShapeSpec:
     gears: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)  # argument position -> the user's name (input_ids), for messages
+    # Symbol -> the user's name of that size (torch.export.Dim's), for the graph's symbols and messages
+    symbol_names: dict = field(default_factory=dict)
 
 
 def _symbol_rules(gm: torch.fx.GraphModule, names: dict | None = None):
@@ -644,6 +646,7 @@ class SymbolicEngineGraph:
         self.value_dtypes = [phs[i].meta["val"].dtype for i in self.values]
         self._key = _key_function(self.getters, self.values)
         self.gears = {s: sorted(set(v)) for s, v in spec.gears.items() if s in self.symbols}
+        self.symbol_names = {s: n for s, n in spec.symbol_names.items() if s in self.symbols}
         self.prepack_cache = C.PrepackCache()  # weights packed once for every size
         self.kernel_cache = C.KernelCache()  # a kernel whose node and shapes were seen before is reused
         self.arena = C.ArenaSource()  # one arena (of the largest size seen) per concurrent caller
@@ -658,6 +661,7 @@ class SymbolicEngineGraph:
         self.optimized = None  # the template after the passes, when they decide alike at every size checked
         self.optimized_reason = "no template"
         self.optimized_builds = 0
+        self.cache_key, self.from_cache = None, False  # the compile cache's entry for the template
         report.symbolic.append(self)
         hint = tuple(h for _, _, _, h in self.rules)
         if any(h is None for h in hint):
@@ -668,7 +672,7 @@ class SymbolicEngineGraph:
             keys = []
             for combo in itertools.product(*[self.gears.get(s, [h]) for s, h in zip(self.symbols, hint)]):
                 keys.append(tuple(combo) + vals)
-        if config.lower_once:
+        if config.lower_once and not self._cached_template(hint, vals):
             self._record(hint + vals)
         for k in keys:
             self._build(k, first=(k is keys[0]))
@@ -690,7 +694,7 @@ class SymbolicEngineGraph:
         """Lowers the graph once for every size (lowering/sizes.py) and checks the recording against
         a lowering at other sizes; on any doubt there is no template and every size is lowered."""
         n = len(self.symbols)
-        rec = Recorder(self.symbols, list(key[:n]))
+        rec = Recorder(self.symbols, list(key[:n]), self.symbol_names)
         consts = self._consts(key)
         try:
             with bound_sizes(self._env(key)), recording(rec):
@@ -707,6 +711,9 @@ class SymbolicEngineGraph:
         self.template, self.template_rec, self.template_vals = low, rec, key[n:]
         self.template_reason = ""
         self._optimize_template(probe)
+        if self.cache_key is not None:
+            _cache.store_symbolic(self.config.cache_dir, self.cache_key, self.gm, self.consts, low, self.optimized,
+                                  probe, list(self.template_vals))
         if self.config.dump_graph:  # the graph lowered once, with its size expressions and guards
             folder = os.path.join(self.config.dump_dir, f"graph_{self.gid}_symbolic")
             os.makedirs(folder, exist_ok=True)
@@ -714,6 +721,27 @@ class SymbolicEngineGraph:
                 f.write(f"# symbols: {self.describe()}\n")
                 f.write("".join(f"# guard: {rel} is {out}\n" for rel, out in rec.guards.items()))
                 f.write(str(low.g))
+
+    def _cached_template(self, hint, vals) -> bool:
+        """Takes the template (and its optimized graph) from the compile cache; False on a miss,
+        after which _record writes the entry. Not while dumping or testing (they see every pass)."""
+        c = self.config
+        self.cache_key = None
+        if not c.cache_dir or c.dump_graph or c.dump_data or c.fault_node:
+            return False
+        self.cache_key = _cache.graph_key(
+            self.gm, self.consts, ("symbolic", sorted(c.disable_passes), c.fold_max_bytes, self.values,
+                                   sorted((str(k), v) for k, v in self.symbol_names.items())))
+        hit = _cache.load_symbolic(c.cache_dir, self.cache_key, self.gm, self.consts, list(hint), list(vals))
+        if hit is None:
+            return False
+        self.template, self.optimized, probe = hit
+        self.template_vals, self.template_reason = tuple(vals), ""
+        self.optimized_reason = "" if self.optimized is not None else "passes not cached (other weights)"
+        if self.optimized is None:
+            self._optimize_template(probe)
+        self.from_cache = True
+        return True
 
     def _check_recording(self, low: Lowered, rec, key, consts):
         """The recorded graph, instantiated at other sizes, must equal the FX graph lowered at those
@@ -765,7 +793,8 @@ class SymbolicEngineGraph:
         """The template's instance at these sizes, when the template serves them, and whether it is
         the optimized template's (the passes are done)."""
         n = len(self.symbols)
-        if self.template is None or key[n:] != self.template_vals or not self.template_rec.holds_at(key[:n]):
+        if self.template is None or key[n:] != self.template_vals or \
+                self.template.g.failed_guard(list(key[:n])) is not None:
             return None, False
         try:
             if self.optimized is not None and use_optimized:
@@ -788,7 +817,7 @@ class SymbolicEngineGraph:
         consts = self._consts(key)
         try:
             # (the first build runs the passes itself: its report and graph text show them)
-            low, optimized = self._lowered_at(key, use_optimized=not first)
+            low, optimized = self._lowered_at(key, use_optimized=not first or self.from_cache)
             how = "lowered and optimized once" if optimized else "lowered once" if low is not None else "lowered per size"
             if low is not None:
                 self.template_builds += 1

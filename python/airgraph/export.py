@@ -29,6 +29,8 @@ import json
 import os
 import tempfile
 import threading
+import warnings
+
 import torch
 
 from ._core import C, EngineError
@@ -84,6 +86,80 @@ def _drop_runtime_asserts(gm):
     gm.recompile()
 
 
+def _dim_names(model, gm, user: list, num_args: int, kwarg_names: list, dynamic_shapes) -> dict:
+    """Symbol -> the name of the torch.export.Dim the user gave that size (a derived dim, 2 * seq,
+    keeps torch's symbol), read from `dynamic_shapes` beside the user inputs (args, then kwargs)."""
+    import inspect
+
+    if not dynamic_shapes:
+        return {}
+    specs = [None] * len(user)
+    if isinstance(dynamic_shapes, dict):
+        try:
+            params = list(inspect.signature(model.forward if isinstance(model, torch.nn.Module) else model).parameters)
+        except (TypeError, ValueError):
+            params = []
+        for k in range(len(user)):
+            name = params[k] if k < num_args and k < len(params) else \
+                kwarg_names[k - num_args] if k >= num_args else None
+            specs[k] = dynamic_shapes.get(name)
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        for k, spec in enumerate(dynamic_shapes[:len(user)]):
+            specs[k] = spec
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    names = {}
+    for k, spec in enumerate(specs):
+        val = phs[user[k]].meta.get("val") if k < len(user) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        dims = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
+        for d, dim in dims:
+            name = getattr(dim, "__name__", None)
+            if not isinstance(name, str) or not isinstance(d, int) or not -val.dim() <= d < val.dim():
+                continue
+            size = val.shape[d]
+            expr = size.node.expr if isinstance(size, torch.SymInt) else None
+            if expr is not None and expr.is_Symbol and name.isidentifier():
+                names.setdefault(expr, name)
+    if len(set(names.values())) != len(names):  # (two symbols under one name: keep torch's)
+        return {}
+    return names
+
+
+def _range_guards(ep, seg, low) -> list[str]:
+    """Adds the exported ranges of the symbols (torch.export.Dim's min and max, as torch refined
+    them) to the graph as guards, so that the loaded model (and airgraph-run) refuses sizes
+    outside them; returns the sizes at the ends of those ranges that the graph refuses (a
+    decision the lowering took at the example's sizes), for a warning."""
+    import sympy
+
+    rec = seg.template_rec
+    hint = list(rec.hints)
+    refused = []
+    for i, sym in enumerate(seg.symbols):
+        vr = ep.range_constraints.get(sym)
+        ends = []
+        for b in (getattr(vr, "lower", None), getattr(vr, "upper", None)):
+            try:
+                ends.append(int(b) if b is not None and abs(int(b)) < 1 << 62 else None)
+            except (TypeError, ValueError):
+                ends.append(None)
+        lo, hi = ends
+        for rel in ([sympy.Ge(sym, lo)] if lo is not None else []) + ([sympy.Le(sym, hi)] if hi is not None else []):
+            if rel in (sympy.true, sympy.false):
+                continue
+            d = rec.size(rel.lhs - rel.rhs)
+            if isinstance(d, int):
+                continue
+            low.g.add_guard(rec.expr_id(low.g, d), type(rel).__name__, True, str(rel.xreplace(rec.names)))
+        for end in {e for e in (lo, lo + 1 if lo is not None else None, hi) if e is not None and e >= 0}:
+            sizes = hint[:i] + [end] + hint[i + 1:]
+            why = low.g.failed_guard(sizes)
+            if why is not None:
+                refused.append(f"{low.g.symbols()[i]}={end} (it needs {why})")
+    return refused
+
+
 def _out_structure(spec) -> dict:
     """How the model's outputs are nested: a single tensor, a flat tuple or list (rebuilt without
     pytree on each call), or torch's serialized pytree spec (None when torch cannot serialize it:
@@ -94,8 +170,6 @@ def _out_structure(spec) -> dict:
     if spec.type in (tuple, list) and all(c.is_leaf() for c in children):
         return {"kind": spec.type.__name__}
     try:
-        import warnings
-
         from torch.utils._pytree import treespec_dumps
 
         with warnings.catch_warnings():
@@ -137,12 +211,19 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
     report = CompileReport()
     symbols, getters = [], []
     if graph_symbols(gm):
-        seg = SymbolicEngineGraph(gm, consts, CompilerConfig(lower_once=True), report, ShapeSpec())
+        names = _dim_names(model, gm, user, len(example_inputs), list(example_kwargs), dynamic_shapes)
+        seg = SymbolicEngineGraph(gm, consts, CompilerConfig(lower_once=True, cache_dir=""), report,
+                                  ShapeSpec(symbol_names=names))
         if seg.template is None:
             raise Unsupported(f"the graph's symbolic sizes cannot be lowered once for every size: "
                               f"{seg.template_reason}")
         low = seg.template
-        symbols, getters = [str(s) for s in seg.symbols], [list(g) for g in seg.getters]
+        refused = _range_guards(ep, seg, low)
+        if refused:
+            warnings.warn(f"airgraph.export: the exported graph refuses {', '.join(refused)}: a decision taken at "
+                          "the example inputs' sizes does not hold there; export with example inputs of those sizes "
+                          "to serve them", stacklevel=2)
+        symbols, getters = low.g.symbols(), [list(g) for g in seg.getters]
     else:
         low = lower_graph(gm, consts)
     pos = {p: k for k, p in enumerate(user)}
@@ -256,7 +337,8 @@ class LoadedModel:
                     try:
                         eg = self._build(key)
                     except EngineError as e:
-                        raise EngineError(f"{self.path}: sizes {dict(zip(self.symbols, key))}: {e}") from None
+                        at = "" if str(e).startswith("at sizes") else f"sizes {dict(zip(self.symbols, key))}: "
+                        raise EngineError(f"{self.path}: {at}{e}") from None
                     self._programs[key] = eg
                     while len(self._programs) > max(1, self.config.dynamic_sizes):
                         self._programs.popitem(last=False)

@@ -5,6 +5,7 @@
 
 #include "ir/error.h"
 #include "ir/graph.h"
+#include "ir/serialize.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "test_util.h"
@@ -97,6 +98,38 @@ TEST(Instantiate, AShapeCheckThatFailsNamesTheValueAndTheSizes) {
     EXPECT_NE(m.find("node 'y'"), std::string::npos) << m;
   }
   EXPECT_THROW(g->instantiate({1, 2}), Error);  // one size per symbol
+}
+
+TEST(Instantiate, AGuardThatFailsRefusesTheBindingAndIsKept) {
+  // the lowering decided at s0 = 3 that s0 != 1 (a size-1 dim would have been lowered otherwise)
+  auto g = recorded_graph();
+  int s0_minus_1 = g->add_expr(SizeExpr{{kSym, 0, kConst, -1, kAdd}, "s0 - 1"});
+  g->add_guard(Graph::Guard{s0_minus_1, Graph::Rel::ne, true, "Ne(s0, 1)"});
+  EXPECT_THROW(g->add_guard(Graph::Guard{99, Graph::Rel::eq, true, "bad"}), Error);  // no such expression
+  EXPECT_NE(g->str().find("guard: Ne(s0, 1) is true"), std::string::npos) << g->str();
+  EXPECT_EQ(g->failed_guard({3}), nullptr);
+  ASSERT_NE(g->failed_guard({1}), nullptr);
+  EXPECT_NO_THROW(g->instantiate({7}));
+  auto refused = [](const Graph& h, const char* name) {
+    try {
+      h.instantiate({1});
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find(std::string(name) + "=1"), std::string::npos) << m;
+      EXPECT_NE(m.find("needs Ne(s0, 1) to be true"), std::string::npos) << m;
+    }
+  };
+  refused(*g, "s0");
+  refused(*g->clone(), "s0");  // a copy for the passes keeps the guards
+  g->rename_symbols({"batch"});
+  std::string bytes = save_graph(*g, SaveOptions{true, "test", "{}"});
+  auto loaded = load_graph(bytes.data(), bytes.size(), nullptr, nullptr);
+  ASSERT_EQ(loaded.graph->guards().size(), 1u);
+  EXPECT_EQ(loaded.graph->symbols(), std::vector<std::string>{"batch"});
+  refused(*loaded.graph, "batch");  // and so does a file
+  EXPECT_NO_THROW(loaded.graph->instantiate({2}));
+  EXPECT_THROW(g->rename_symbols({"a", "b"}), Error);
 }
 
 TEST(Instantiate, AnOpThatRejectsTheSizesNamesTheBinding) {

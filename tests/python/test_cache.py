@@ -242,3 +242,86 @@ def test_a_hit_makes_the_graphs_input_writes(tmp_path):
                 torch.testing.assert_close(f(kv, pos, x), m(want_kv, pos, x))
                 torch.testing.assert_close(kv, want_kv)
         assert stats(tmp_path)["dynamo_hits"] == before + k  # (the second compile is a hit)
+
+
+class Dyn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1, self.l2 = torch.nn.Linear(12, 24), torch.nn.Linear(24, 6)
+
+    def forward(self, x):
+        h = torch.relu(self.l1(x))  # [s0, s1, 24]
+        return self.l2(h).softmax(-1) + h.mean(1, keepdim=True)[..., :6]
+
+
+def run_dynamic(model, shapes, folder):
+    """Compiles `model` with symbolic sizes and checks it against eager at each shape; the report."""
+    torch._dynamo.reset()
+    f = torch.compile(model, backend=airgraph.get_backend(airgraph.CompilerConfig(cache_dir=str(folder))),
+                      dynamic=True)
+    with torch.no_grad(), collect_reports() as sink:
+        for shape in shapes:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(f(x), model(x), rtol=1e-5, atol=1e-5)
+    (report,) = [r for r in sink if r.symbolic]
+    return report.symbolic[0]
+
+
+def test_a_symbolic_graph_hits_its_template_and_passes(tmp_path):
+    # dynamic=True: the graph lowered once for every size, checked, and optimized once, is kept;
+    # a second compile (sizes it was not traced at first) takes it from the cache
+    before = stats(tmp_path)
+    seg = run_dynamic(Dyn().eval(), [(3, 5, 12), (4, 7, 12), (2, 9, 12)], tmp_path)
+    after1 = stats(tmp_path)
+    assert not seg.from_cache and seg.template is not None and seg.optimized is not None, seg.optimized_reason
+    assert after1["writes"] == before["writes"] + 1 and after1["entries"] == 1
+    seg2 = run_dynamic(Dyn().eval(), [(5, 6, 12), (2, 3, 12), (3, 5, 12)], tmp_path)
+    after2 = stats(tmp_path)
+    assert seg2.from_cache and after2["hits"] == after1["hits"] + 1
+    assert after2["optimized_hits"] == after1["optimized_hits"] + 1 and after2["writes"] == after1["writes"]
+    # every size is an instance of the cached optimized template: no lowering, no passes
+    assert seg2.optimized_builds == 3 == len(seg2.build_ms), (seg2.optimized_builds, seg2.build_ms)
+    assert str(seg2.template.g) == str(seg.template.g)
+
+
+class Reshaped(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x.reshape(2, -1)) * 3
+
+
+def test_a_cached_template_serves_only_sizes_where_its_guards_hold(tmp_path, monkeypatch):
+    # a lowering that asks whether x's shape already is the reshape's (a guard: Eq(s0, 2), false
+    # where it was recorded); the shipped lowering answers that without a guard (sizes.known_equal)
+    from airgraph.lowering import shape
+
+    monkeypatch.setattr(shape, "known_equal", lambda a, b: a == b)
+    seg = run_dynamic(Reshaped(), [(5, 6), (7, 6)], tmp_path)
+    assert [o for t, o in seg.template.g.guards() if t.startswith("Eq(")] == [False], seg.template.g.guards()
+    # a compile whose first call is at batch 2, where that decision differs, finds the entry but
+    # does not use it (a miss: it records the template again); at batch 9 it does
+    before = stats(tmp_path)
+    assert cache.load_symbolic(str(tmp_path), seg.cache_key, seg.gm, seg.consts, [2, 6], []) is None
+    after = stats(tmp_path)
+    assert after["misses"] == before["misses"] + 1 and after["hits"] == before["hits"]
+    hit = cache.load_symbolic(str(tmp_path), seg.cache_key, seg.gm, seg.consts, [9, 6], [])
+    assert hit is not None and str(hit[0].g) == str(seg.template.g) and stats(tmp_path)["hits"] == after["hits"] + 1
+    # and the graph itself refuses that size (the engine's check, for any caller)
+    with pytest.raises(airgraph.EngineError, match=r"s\d+=2, s\d+=6: outside the sizes .* needs Eq\(s\d+, 2\) to be false"):
+        hit[0].g.instantiate([2, 6])
+
+
+def test_a_damaged_symbolic_entry_is_rebuilt(tmp_path):
+    run_dynamic(Dyn().eval(), [(3, 5, 12), (4, 7, 12)], tmp_path)
+    for root, _, files in os.walk(tmp_path):
+        for f in files:
+            if f.endswith(".optimized.agraph"):
+                p = os.path.join(root, f)
+                data = open(p, "rb").read()
+                open(p, "wb").write(data[: len(data) // 2])
+    before = stats(tmp_path)
+    seg = run_dynamic(Dyn().eval(), [(3, 5, 12), (2, 3, 12)], tmp_path)
+    after = stats(tmp_path)
+    assert not seg.from_cache and after["rebuilt"] == before["rebuilt"] + 1
+    seg = run_dynamic(Dyn().eval(), [(6, 2, 12)], tmp_path)
+    assert seg.from_cache and stats(tmp_path)["optimized_hits"] == after["optimized_hits"] + 1

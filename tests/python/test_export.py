@@ -62,6 +62,61 @@ def test_dynamic_batch_export(tmp_path, dtype):
     assert len(lm._programs) == 4  # one engine program per size
 
 
+class Positions(torch.nn.Module):
+    # a table of 32 positions sliced to the sequence's length: torch.export refines seq <= 32
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pos = torch.nn.Parameter(torch.randn(32, 8))
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):  # [batch, seq, 8]
+        return self.proj(x + self.pos[: x.shape[1]]).softmax(-1)
+
+
+def test_symbolic_export_keeps_dim_names_and_ranges(tmp_path):
+    m, x = Positions().eval(), torch.randn(2, 5, 8)
+    batch, seq = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("seq", min=2, max=32)
+    path = tmp_path / "pos.agraph"
+    meta = airgraph.export(m, (x,), path, dynamic_shapes={"x": {0: batch, 1: seq}})
+    assert meta["symbols"] == ["batch", "seq"], meta["symbols"]
+    lm = airgraph.load(path)
+    guards = dict(lm.graph.guards())
+    assert guards.get("batch <= 16") is True and guards.get("seq <= 32") is True, guards
+    with torch.no_grad():
+        for b, s in [(1, 2), (3, 32), (16, 7)]:  # the ends of the ranges
+            xb = torch.randn(b, s, 8)
+            torch.testing.assert_close(lm(xb), m(xb), rtol=1e-5, atol=1e-6)
+        # outside them: a clear error naming the user's dims, never an answer from a graph made for
+        # other sizes (the table has 32 positions)
+        with pytest.raises(airgraph.EngineError, match=r"batch=2, seq=33: .* needs seq (> 32 to be false|<= 32 to be true)"):
+            lm(torch.randn(2, 33, 8))
+        with pytest.raises(airgraph.EngineError, match=r"batch=17, seq=4: .* needs batch <= 16 to be true"):
+            lm(torch.randn(17, 4, 8))
+
+
+class Sliced(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x[:, 1:]) * 3
+
+
+def test_sizes_where_a_lowering_decision_differs_are_refused_with_a_warning(tmp_path, monkeypatch):
+    # a lowering that asks whether the dims before a slice's are 1 (a contiguous slice): a decision
+    # that differs at batch 1 (the shipped lowering takes the general slice without asking)
+    from airgraph.lowering import shape
+
+    monkeypatch.setattr(shape, "known_one", lambda d: d == 1)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    path = tmp_path / "sliced.agraph"
+    with pytest.warns(UserWarning, match=r"refuses batch=1 \(it needs Eq\(batch, 1\) is false\)"):
+        airgraph.export(Sliced(), (torch.randn(4, 6),), path, dynamic_shapes={"x": {0: batch}})
+    lm = airgraph.load(path)
+    x = torch.randn(5, 6)
+    torch.testing.assert_close(lm(x), Sliced()(x))
+    with pytest.raises(airgraph.EngineError, match=r"batch=1: .* needs Eq\(batch, 1\) to be false"):
+        lm(torch.randn(1, 6))
+
+
 def test_keyword_inputs_and_nested_outputs(tmp_path):
     x, s = torch.randn(3, 5), torch.randn(3, 5)
     path = tmp_path / "nested.agraph"

@@ -205,7 +205,7 @@ class LowerCtx:
         self.sym_shapes: dict[int, list] = {}
         if self.rec is not None:
             for sym in self.rec.symbols:
-                graph.add_symbol(str(sym))
+                graph.add_symbol(str(self.rec.names.get(sym, sym)))
 
     def add_input(self, dtype: str, shape: list, name: str) -> int:
         """A graph input; its dims may be SymSize (lowering once for every size)."""

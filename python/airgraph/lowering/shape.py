@@ -9,7 +9,7 @@ constant folder usually turns into constants.
 import torch
 
 from . import Unsupported, aten, engine_dtype, lowering, static_shape
-from .sizes import SymSize
+from .sizes import SymSize, known_equal, known_one
 
 _INT64_MAX = 2**63 - 1
 _INTS = {"int64", "int32", "int16", "int8", "uint8"}
@@ -43,7 +43,7 @@ def _norm_dim(d: int, rank: int) -> int:
 
 def reshape(ctx, vid: int, shape) -> int:
     shape = list(shape)
-    if ctx.shape(vid) == shape:
+    if known_equal(ctx.shape(vid), shape):
         return vid
     return ctx.emit("reshape", [vid], {"shape": shape})
 
@@ -76,7 +76,7 @@ def _squeeze(ctx, node, x, *args):
 def _expand(ctx, node, x, size, implicit=False):
     v = ctx.value(x)
     shape = _ints(size)
-    if ctx.shape(v) == shape:
+    if known_equal(ctx.shape(v), shape):
         return v
     return ctx.emit("expand", [v], {"shape": shape})
 
@@ -94,7 +94,7 @@ def permute(ctx, v, dims):
         return v
     # moving only size-1 dims around keeps the element order: a reshape
     shape = ctx.shape(v)
-    if [d for d in dims if shape[d] != 1] == sorted(d for d in dims if shape[d] != 1):
+    if [d for d in dims if not known_one(shape[d])] == sorted(d for d in dims if not known_one(shape[d])):
         return reshape(ctx, v, [shape[d] for d in dims])
     return ctx.emit("permute", [v], {"dims": dims})
 
@@ -134,10 +134,10 @@ def slice_(ctx, v, dim, start, end, step=1):
     s, e = min(max(s, 0), size), min(max(e, 0), size)
     e = max(e, s)
     n = (e - s + step - 1) // step
-    if s == 0 and n == size:
+    if known_equal(s, 0) and known_equal(n, size):
         return v
     attrs = {"dim": dim, "start": s, "end": e, "step": step}
-    contiguous = all(d == 1 for d in shape[:dim]) and (step == 1 or n <= 1)
+    contiguous = all(known_one(d) for d in shape[:dim]) and (step == 1 or known_one(n) or known_equal(n, 0))
     return ctx.emit("slice_view" if contiguous else "slice", [v], attrs)
 
 
@@ -149,9 +149,9 @@ def select(ctx, v, dim, index):
     if not -shape[dim] <= index < shape[dim]:
         raise Unsupported(f"select index {index} out of range for size {shape[dim]}")
     index %= shape[dim]
-    if shape[dim] == 1:
+    if known_one(shape[dim]):
         return reshape(ctx, v, shape[:dim] + shape[dim + 1:])
-    contiguous = all(d == 1 for d in shape[:dim])
+    contiguous = all(known_one(d) for d in shape[:dim])
     return ctx.emit("select_view" if contiguous else "select", [v], {"dim": dim, "index": index})
 
 
@@ -217,7 +217,7 @@ def _cat(ctx, node, tensors, dim=0):
     dt = ctx.promote(*tensors)
     vids = [ctx.cast(ctx.value(t), dt) for t in tensors]
     kept = [v for v in vids if ctx.shape(v) != [0]]
-    if len(kept) == 1 and ctx.shape(kept[0]) == static_shape(ctx.out_meta()):
+    if len(kept) == 1 and known_equal(ctx.shape(kept[0]), static_shape(ctx.out_meta())):
         return kept[0]
     return ctx.emit("cat", vids, {"dim": _int(dim)})
 
@@ -384,7 +384,7 @@ def _fill_tensor(ctx, node, x, value):
 def _copy(ctx, node, dst, src, non_blocking=False):
     shape = static_shape(ctx.out_meta())
     v = ctx.cast(ctx.value(src), ctx.out_dtype())
-    if ctx.shape(v) == shape:
+    if known_equal(ctx.shape(v), shape):
         return v
     return ctx.emit("expand", [v], {"shape": shape})
 

@@ -124,14 +124,16 @@ class Recorder:
     """The state of one recording: the symbols (in the engine graph's order), the hint binding,
     the guards, and the engine graph's size expressions (sympy -> id)."""
 
-    def __init__(self, symbols: list, hints: list[int]):
+    def __init__(self, symbols: list, hints: list[int], names: dict | None = None):
         self.symbols = list(symbols)
         self.index = {s: i for i, s in enumerate(self.symbols)}
         self.hints = [int(h) for h in hints]
         self.hint_env = {s: sympy.Integer(h) for s, h in zip(self.symbols, self.hints)}
         self.guards: dict = {}  # sympy relation -> its outcome at the hint
         self._ids: dict = {}
-        self._checks = None  # the guards as engine expressions: (expr id, relation, outcome)
+        self._graph = None  # the graph the guards were added to (compile_guards)
+        # Symbol -> the name messages give it (an exported model's torch.export.Dim names)
+        self.names = {s: sympy.Symbol(n) for s, n in (names or {}).items()}
 
     def size(self, expr):
         """A SymInt's expression as an int (constant) or a SymSize."""
@@ -144,41 +146,31 @@ class Recorder:
         self.guards[rel] = outcome
 
     def compile_guards(self, g):
-        """The guards as engine expressions (lhs - rhs) of graph `g`, for holds_at."""
-        checks = []
+        """Adds the guards to graph `g` (engine expressions of lhs - rhs): its instantiate() then
+        refuses a binding where the lowering would decide otherwise, and files keep them."""
         for rel, outcome in self.guards.items():
             d = self.size(rel.lhs - rel.rhs)
             if type(d) is int:
                 continue  # decided whatever the sizes (sympy left it unevaluated)
-            checks.append((self.expr_id(g, d), type(rel).__name__, outcome))
-        self._checks = (g, [c[0] for c in checks], [(c[1], c[2]) for c in checks])
+            g.add_guard(self.expr_id(g, d), type(rel).__name__, outcome, str(rel.xreplace(self.names)))
+        self._graph = g
 
     def holds_at(self, sizes: list[int]) -> bool:
         """Do the recorded decisions hold for these sizes (in the symbols' order)? Evaluated by the
         engine; compile_guards first."""
-        g, ids, rels = self._checks
-        if not ids:
-            return True
-        for v, (rel, outcome) in zip(g.eval_exprs(ids, list(sizes)), rels):
-            if _REL[rel](v) != outcome:
-                return False
-        return True
+        return self._graph.failed_guard(list(sizes)) is None
 
     def expr_id(self, g, x: SymSize) -> int:
         """The engine graph's id of a size expression (added once), checked at the hint."""
         i = self._ids.get(x.expr)
         if i is None:
-            i = g.add_expr(_code(x.expr, self.index), str(x.expr))
+            i = g.add_expr(_code(x.expr, self.index), str(x.expr.xreplace(self.names)))
             if g.eval_expr(i, self.hints) != x.hint:
                 raise NotSymbolic(f"size expression {x.expr} evaluates to {g.eval_expr(i, self.hints)} in the "
                                   f"engine but {x.hint} in Python")
             self._ids[x.expr] = i
         return i
 
-
-# a relation of lhs - rhs with 0, by the name of sympy's class
-_REL = {"Equality": lambda v: v == 0, "Unequality": lambda v: v != 0, "StrictLessThan": lambda v: v < 0,
-        "LessThan": lambda v: v <= 0, "StrictGreaterThan": lambda v: v > 0, "GreaterThan": lambda v: v >= 0}
 
 # postfix codes of csrc/ir/size_expr.h
 _CONST, _SYM, _ADD, _MUL, _FLOORDIV, _MOD, _MAX, _MIN, _NEG = range(9)
@@ -211,6 +203,24 @@ def _code(e, index: dict) -> list[int]:
     if isinstance(e, (F.PythonMod, F.Mod, sympy.Mod)):
         return _code(e.args[0], index) + _code(e.args[1], index) + [_MOD]
     raise NotSymbolic(f"size expression {e} ({type(e).__name__}) has no engine form")
+
+
+def known_equal(a, b) -> bool:
+    """a == b for sizes or lists of sizes, answered without a guard: True for equal plain ints or
+    the same expression, False otherwise (sizes that are equal at some bindings only). For the
+    lowerings' shortcuts whose False branch is right at every size (a reshape that may be the
+    identity is kept, say): a guard there would only narrow the sizes a recorded graph serves."""
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and \
+            all(known_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, SymSize) or isinstance(b, SymSize):
+        return isinstance(a, SymSize) and isinstance(b, SymSize) and (a.expr - b.expr) == 0
+    return a == b
+
+
+def known_one(d) -> bool:
+    """d == 1 answered without a guard (a symbolic size is taken as not 1; see known_equal)."""
+    return not isinstance(d, SymSize) and d == 1
 
 
 def recorder() -> Recorder | None:
