@@ -1,4 +1,4 @@
-// Aligned host memory for the engine's large buffers (prepacked weights, arenas).
+// Aligned host memory for the engine's buffers (prepacked weights, arenas).
 #pragma once
 
 #include <cstddef>
@@ -7,10 +7,9 @@
 namespace ag {
 
 // At least `bytes` (rounded up to 64, never 0) bytes, 64-byte aligned, freed with the last
-// owner. A buffer of 4 MB or more asks Linux for transparent huge pages on its 2 MB-aligned
-// interior (madvise; where THP is "madvise" or "always"): a 2 MB page is one page fault instead
-// of 512 when a fresh buffer is first written (packing BERT base's GEMM weights writes 340 MB),
-// and the kernels reading it miss the TLB less. AIRGRAPH_HUGE_PAGES=0 switches it off.
+// owner. (Transparent huge pages were tried here, madvise(MADV_HUGEPAGE) on buffers of 4 MB and
+// more: with THP's defrag set to "madvise", faulting them in compacted memory and made packing
+// BERT base's weights 2-4x slower, 150-175 ms -> 310-670 ms, for no measurable gain per call.)
 std::shared_ptr<void> alloc_aligned(size_t bytes);
 
 }  // namespace ag
