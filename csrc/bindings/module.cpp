@@ -25,6 +25,7 @@
 #include "kernels/attention.h"
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
+#include "runtime/background.h"
 #include "runtime/executor.h"
 #include "runtime/parallel.h"
 
@@ -492,12 +493,13 @@ NB_MODULE(_C, m) {
       .def(
           "compile",
           [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache,
-             std::shared_ptr<ArenaSource> arena, KernelCache* kernels) {
+             std::shared_ptr<ArenaSource> arena, KernelCache* kernels, bool background) {
             dnnl_util::PrepackScope scope(cache);  // programs sharing a cache share packed weights
+            BackgroundScope later(background);     // weights packed after the first run (runtime/background.h)
             return new PyExecutable(compile_program(*g.g, inplace, fault_node, kernels), std::move(arena));
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
-          nb::arg("arena").none() = nb::none(), nb::arg("kernels").none() = nb::none(),
+          nb::arg("arena").none() = nb::none(), nb::arg("kernels").none() = nb::none(), nb::arg("background") = false,
           nb::rv_policy::take_ownership);
 
   // Kernels shared by the programs of one graph's sizes (a node seen before reuses its kernel).
@@ -618,6 +620,16 @@ NB_MODULE(_C, m) {
              d["executors"] = e.pool->size();
              return d;
            })
+      .def("background_work",  // (kernels that left work for the background thread, of which still to do)
+           [](PyExecutable& e) {
+             int deferred = 0, pending = 0;
+             for (const auto& k : e.prog->kernels) {
+               const int w = k->background_work();
+               deferred += w != 0;
+               pending += w == 1;
+             }
+             return std::make_pair(deferred, pending);
+           })
       .def("instructions",
            [](PyExecutable& e) {
              std::vector<std::tuple<std::string, std::string, std::string>> r;
@@ -648,6 +660,14 @@ NB_MODULE(_C, m) {
     return r;
   });
   m.def("set_num_threads", &set_num_threads);
+  m.def("wait_background_idle", [] {  // until the background thread has nothing left to do
+    nb::gil_scoped_release nogil;
+    wait_background_idle();
+  });
+  m.def("stop_background", [] {  // (at exit: the running job may need the GIL to release tensors)
+    nb::gil_scoped_release nogil;
+    stop_background();
+  });
   m.def("num_threads", &num_threads);
   m.def("pass_names", &pass_names);
   // An airgraph file (ir/serialize.h): the graph, its producer and its metadata text. From a path

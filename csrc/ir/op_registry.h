@@ -64,6 +64,11 @@ class Kernel {
   virtual size_t scratch_bytes() const { return 0; }
   virtual std::unique_ptr<KernelState> make_state() const { return nullptr; }
   virtual std::string name() const { return "kernel"; }  // e.g. "onednn_matmul_f32"
+  // Work left for after the program's first run (packing constant weights; runtime/background.h):
+  // 0 none, 1 left for the background thread, 2 done there. finish_background_work() runs on the
+  // background thread while run() may be running on others, and makes later runs use its result.
+  virtual int background_work() const { return 0; }
+  virtual void finish_background_work() const {}
 };
 
 // Runs a kernel once outside any executor (constant folding, tests): makes its

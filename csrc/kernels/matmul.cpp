@@ -14,8 +14,12 @@
 // directly (decode is bound by weight bytes).
 #include <immintrin.h>
 
+#include <atomic>
+#include <mutex>
+
 #include "kernels/common.h"
 #include "kernels/onednn_util.h"
+#include "runtime/background.h"
 
 namespace ag {
 namespace {
@@ -134,7 +138,9 @@ class GemmKernel final : public Kernel {
     prepare_weights();
     prepare_manual_bias();
     if (s.has_bias && !manual_bias_ && emu_) prepare_f32_bias();
-    if (mode_ == Mode::Dnnl && exec_.scratch_bytes) pad_ = scratch_.add(exec_.scratch_bytes);
+    const size_t pad = mode_ != Mode::Dnnl ? 0 : std::max(pd_.scratchpad_desc().get_size(),
+                                                          deferred_ ? plain_exec_.scratch_bytes : size_t{0});
+    if (mode_ == Mode::Dnnl && pad) pad_ = scratch_.add(pad);
   }
 
   std::string name() const override { return name_; }
@@ -143,7 +149,11 @@ class GemmKernel final : public Kernel {
   std::unique_ptr<KernelState> make_state() const override {
     if (mode_ != Mode::Dnnl) return nullptr;
     auto st = std::make_unique<State>();
-    st->exec = exec_.make_args();
+    if (!deferred_ || packed_ptr_.load(std::memory_order_acquire)) {
+      st->exec = exec_.make_args();
+      st->has_exec = true;
+    }
+    if (deferred_) st->plain = plain_exec_.make_args();
     return st;
   }
 
@@ -165,7 +175,21 @@ class GemmKernel final : public Kernel {
       case Mode::Dnnl:
         break;
     }
-    Args& args = static_cast<State*>(ctx.state)->exec;
+    State* st = static_cast<State*>(ctx.state);
+    const Exec* ex = &exec_;
+    Args* ap = &st->exec;
+    if (deferred_) {  // the packed copy once the background thread has made it, the weights as stored until then
+      if (packed_ptr_.load(std::memory_order_acquire)) {
+        if (!st->has_exec) {  // (the packed primitive was made after this executor's state)
+          st->exec = exec_.make_args();
+          st->has_exec = true;
+        }
+      } else {
+        ex = &plain_exec_;
+        ap = &st->plain;
+      }
+    }
+    Args& args = *ap;
     void* a = in[0];
     if (emu_) {
       a = ScratchLayout::at(ctx, a_f32_);
@@ -188,7 +212,7 @@ class GemmKernel final : public Kernel {
     }
     void* o = emu_ ? ScratchLayout::at(ctx, out_f32_) : out[0];
     args.set(DNNL_ARG_DST, o);
-    exec_.run(args, ScratchLayout::at(ctx, pad_));
+    ex->run(args, ScratchLayout::at(ctx, pad_));
     if (manual_bias_) add_bias(static_cast<float*>(o), in, ctx);
     if (k_dnnl_ < s_.epi.ops.size()) s_.epi.apply_all(static_cast<float*>(o), out_n_ / s_.epi.L, in, k_dnnl_);
     if (emu_) from_f32(s_.t, static_cast<float*>(o), out[0], out_n_);
@@ -197,7 +221,8 @@ class GemmKernel final : public Kernel {
  private:
   enum class Mode { Empty, ZeroK, Dnnl, Gemv };
   struct State : KernelState {
-    Args exec;
+    Args exec, plain;  // (plain: the primitive on the weights as stored, while packing is deferred)
+    bool has_exec = false;
   };
   static constexpr size_t kNone = ScratchLayout::kNone;
 
@@ -219,26 +244,10 @@ class GemmKernel final : public Kernel {
   }
 
   bool build_k(dt d, bool with_bias, size_t k, const std::string* same_impl = nullptr) {
-    const size_t r = s_.out.size();
-    dnnl::memory::desc a_md = plain_desc(s_.a, d);
-    dnnl::memory::desc b_plain;
-    if (s_.b_nk) {  // logical [K, N] over storage [N, K]
-      b_plain = dnnl::memory::desc(to_dims(s_.b), d, dnnl::memory::dims{1, s_.b[0]});
-    } else {
-      b_plain = plain_desc(s_.b, d);
-    }
+    dnnl::memory::desc b_plain = plain_b(d);
     dnnl::memory::desc b_md = s_.b_const ? dnnl::memory::desc(to_dims(s_.b), d, dnnl::memory::format_tag::any) : b_plain;
-    dnnl::memory::desc o_md = plain_desc(s_.out, d);
     dnnl::matmul::primitive_desc pd;
-    dnnl::primitive_attr attr = default_attr();
-    if (k) attr.set_post_ops(epi::to_dnnl_post_ops(s_.epi, 0, k));
-    auto make = [&](const dnnl::memory::desc& bmd) {
-      if (with_bias)
-        return dnnl::matmul::primitive_desc(engine(), a_md, bmd, plain_desc(s_.bias, d), o_md, attr);
-      return dnnl::matmul::primitive_desc(engine(), a_md, bmd, o_md, attr);
-    };
-    bool ok = try_make_pd(pd, [&] { return make(b_md); });
-    if (!ok) return false;
+    if (!make_pd(pd, d, with_bias, k, b_md)) return false;
     std::string impl(pd.impl_info_str());
     if (s_.b_const && d == to_dnnl(s_.t) && pd.weights_desc().get_inner_nblks() == 0 &&
         pd.weights_desc() != b_plain) {
@@ -246,30 +255,68 @@ class GemmKernel final : public Kernel {
       // when the same implementation takes the weights as they are stored, use
       // them in place rather than keep a transposed copy of every weight.
       dnnl::matmul::primitive_desc in_place;
-      if (try_make_pd(in_place, [&] { return make(b_plain); }) && std::string(in_place.impl_info_str()) == impl)
+      if (make_pd(in_place, d, with_bias, k, b_plain) && std::string(in_place.impl_info_str()) == impl)
         pd = in_place;
     }
     if (d != dt::f32 && impl.find("ref") != std::string::npos) return false;  // slow reference: emulate instead
     if (same_impl && impl != *same_impl) return false;  // the post-ops would cost a slower implementation
-    (void)r;
-    exec_ = Exec{};
-    exec_.init(dnnl::matmul(pd), pd.scratchpad_desc());
-    exec_.bind(DNNL_ARG_SRC, a_md);
-    exec_.bind(DNNL_ARG_DST, o_md);
-    if (with_bias) exec_.bind(DNNL_ARG_BIAS, plain_desc(s_.bias, d));
+    pd_ = pd;  // (its primitive is made once the choice is final: make_exec)
+    pd_d_ = d;
+    pd_bias_ = with_bias;
+    pd_k_ = k;
     b_plain_md_ = b_plain;
     b_md_ = pd.weights_desc();
-    exec_.bind(DNNL_ARG_WEIGHTS, b_md_);
+    impl_ = impl;
+    name_ = std::string("onednn_matmul_") + dtype_name(s_.t) + (d == dt::f32 && s_.t != DType::f32 ? "_via_f32" : "") +
+            " (" + impl + ")" + post_name(k);
+    return true;
+  }
+
+  dnnl::memory::desc plain_b(dt d) const {
+    if (s_.b_nk) return dnnl::memory::desc(to_dims(s_.b), d, dnnl::memory::dims{1, s_.b[0]});  // [K, N] over [N, K]
+    return plain_desc(s_.b, d);
+  }
+
+  bool make_pd(dnnl::matmul::primitive_desc& pd, dt d, bool with_bias, size_t k, const dnnl::memory::desc& bmd) const {
+    dnnl::memory::desc a_md = plain_desc(s_.a, d), o_md = plain_desc(s_.out, d);
+    dnnl::primitive_attr attr = default_attr();
+    if (k) attr.set_post_ops(epi::to_dnnl_post_ops(s_.epi, 0, k));
+    return try_make_pd(pd, [&] {
+      if (with_bias) return dnnl::matmul::primitive_desc(engine(), a_md, bmd, plain_desc(s_.bias, d), o_md, attr);
+      return dnnl::matmul::primitive_desc(engine(), a_md, bmd, o_md, attr);
+    });
+  }
+
+  void bind_exec(Exec& e, const dnnl::matmul::primitive_desc& pd, dt d, bool with_bias, size_t k) const {
+    e.init(dnnl::matmul(pd), pd.scratchpad_desc());
+    e.bind(DNNL_ARG_SRC, plain_desc(s_.a, d));
+    e.bind(DNNL_ARG_DST, plain_desc(s_.out, d));
+    if (with_bias) e.bind(DNNL_ARG_BIAS, plain_desc(s_.bias, d));
+    e.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
     for (size_t i = 0; i < k; ++i) {
       const epi::Op& op = s_.epi.ops[i];
       if (op.input < 0) continue;
       const int arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
-      exec_.bind(arg, epi::operand_md(op));
-      if (op.cdata) exec_.set(arg, const_cast<void*>(op.cdata));
+      e.bind(arg, epi::operand_md(op));
+      if (op.cdata) e.set(arg, const_cast<void*>(op.cdata));
     }
-    impl_ = impl;
-    name_ = std::string("onednn_matmul_") + dtype_name(s_.t) + (d == dt::f32 && s_.t != DType::f32 ? "_via_f32" : "") +
-            " (" + impl + ")" + post_name(k);
+  }
+
+  // Packing left for the background thread (runtime/background.h): a primitive for the weights
+  // as they are stored serves until the packed copy is made. Not for weights widened to f32
+  // (the widened copy costs what packing does), weights a PrepackCache shares between the
+  // programs of a symbolic graph, or where the plain layout has only a reference implementation.
+  bool defer_packing() {
+    if (!background_allowed() || !s_.b_const || emu_ || active_prepack_cache() || b_md_ == b_plain_md_) return false;
+    const dt d = to_dnnl(s_.t);
+    const bool with_bias = s_.has_bias && !manual_bias_;
+    dnnl::matmul::primitive_desc pd;
+    if (!make_pd(pd, d, with_bias, k_dnnl_, b_plain_md_) || pd.weights_desc() != b_plain_md_ ||
+        std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+      return false;
+    bind_exec(plain_exec_, pd, d, with_bias, k_dnnl_);
+    plain_exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(s_.b_const));
+    deferred_ = true;
     return true;
   }
 
@@ -309,11 +356,30 @@ class GemmKernel final : public Kernel {
     return b;
   }
 
+  void make_exec() const { bind_exec(exec_, pd_, pd_d_, pd_bias_, pd_k_); }
+
   void prepare_weights() {
+    if (s_.b_const && defer_packing()) return;  // (the packed primitive is made in the background too)
+    make_exec();
     if (!s_.b_const) return;
     const void* w = prepack(s_.b_const, s_.t, b_n_, emu_, b_plain_md_, b_md_, packed_);
     exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
   }
+
+ public:
+  int background_work() const override { return !deferred_ ? 0 : packed_ptr_.load(std::memory_order_acquire) ? 2 : 1; }
+  void finish_background_work() const override {
+    std::lock_guard<std::mutex> lk(pack_mu_);
+    if (packed_ptr_.load(std::memory_order_acquire)) return;
+    make_exec();  // (its JIT code too: nothing the first call waited for)
+    Buffer b;
+    const void* w = prepack(s_.b_const, s_.t, b_n_, false, b_plain_md_, b_md_, b);
+    packed_ = b;
+    exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
+    packed_ptr_.store(w, std::memory_order_release);  // (runs from now on use exec_ and the packed copy)
+  }
+
+ private:
 
   // Bias added by hand, in f32, through broadcast strides.
   void prepare_manual_bias() {
@@ -473,9 +539,18 @@ class GemmKernel final : public Kernel {
   Mode mode_ = Mode::Dnnl;
   bool emu_ = false, manual_bias_ = false;
   int64_t out_n_ = 0, a_n_ = 0, b_n_ = 0, bias_n_ = 0;
-  Exec exec_;
+  mutable Exec exec_;  // (made in the background when deferred_; read by runs only once packed_ptr_ is set)
+  dnnl::matmul::primitive_desc pd_;  // exec_'s
+  dt pd_d_ = dt::f32;
+  bool pd_bias_ = false;
+  size_t pd_k_ = 0;
   dnnl::memory::desc b_plain_md_, b_md_;
-  Buffer packed_, bias_c_;  // prepacked weights; a constant bias widened to f32
+  mutable Buffer packed_;  // prepacked weights (made by finish_background_work when deferred_)
+  Buffer bias_c_;          // a constant bias widened to f32
+  bool deferred_ = false;  // packing left for the background thread; plain_exec_ serves until then
+  Exec plain_exec_;
+  mutable std::atomic<const void*> packed_ptr_{nullptr};
+  mutable std::mutex pack_mu_;
   ScratchLayout scratch_;   // per call: f32 copies of 16-bit operands and results, the oneDNN scratchpad
   size_t a_f32_ = kNone, b_f32_ = kNone, out_f32_ = kNone, bias_s_ = kNone, xf_ = kNone, pad_ = kNone;
   Shape bias_strides_;

@@ -143,6 +143,7 @@ thread_local PrepackCache* t_prepack_cache = nullptr;
 
 PrepackScope::PrepackScope(PrepackCache* cache) : prev_(t_prepack_cache) { t_prepack_cache = cache; }
 PrepackScope::~PrepackScope() { t_prepack_cache = prev_; }
+PrepackCache* active_prepack_cache() { return t_prepack_cache; }
 
 Buffer PrepackCache::find(const Key& k) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -124,6 +124,9 @@ class PrepackCache {
   size_t hits_ = 0;
 };
 
+// The PrepackCache of the scope this thread is in (nullptr: none).
+PrepackCache* active_prepack_cache();
+
 // Makes `cache` the one prepack() uses on this thread until the scope ends.
 class PrepackScope {
  public:

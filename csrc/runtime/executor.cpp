@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ir/error.h"
+#include "runtime/background.h"
 #include "runtime/memory.h"
 
 namespace ag {
@@ -288,6 +289,15 @@ void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
     }
   } catch (const std::exception& e) {
     fail("kernel failed: ", e.what(), "\n  in ", *P.instr_context[i]);
+  }
+  if (!P.background_queued->load(std::memory_order_relaxed) && !P.background_queued->exchange(true)) {
+    bool any = false;
+    for (const auto& k : P.kernels) any = any || k->background_work() == 1;
+    if (any)  // (the job holds the program: its kernels and the constants they read stay alive)
+      run_in_background([prog = prog_] {
+        for (const auto& k : prog->kernels)
+          if (k->background_work() == 1) k->finish_background_work();
+      });
   }
 }
 

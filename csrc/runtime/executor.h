@@ -11,6 +11,7 @@
 // back (run_into: not even those). An ExecutorPool hands one idle executor to
 // each concurrent caller.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,6 +68,8 @@ class Program {
   size_t scratch_bytes = 0;   // the largest kernel scratch, placed after them in each executor's arena
   std::vector<std::shared_ptr<Storage>> constants;  // keeps every constant's bytes alive
   CompileStats stats;
+  // Set by the first run that returns: its kernels' background work is then queued (once).
+  std::unique_ptr<std::atomic<bool>> background_queued = std::make_unique<std::atomic<bool>>(false);
 };
 
 // Kernels shared by the programs that one symbolic graph builds for its sizes. A node with the

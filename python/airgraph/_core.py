@@ -5,6 +5,7 @@ kernels then bind to that same OpenMP runtime instead of starting a second pool.
 AIRGRAPH_EXT_DIR points at a build directory holding _C*.so for development
 builds (tests/run_tests.sh uses it so tests run against a fresh CMake build).
 """
+import atexit
 import ctypes
 import glob
 import importlib.util
@@ -64,3 +65,6 @@ def _load():
 
 C = _load()
 EngineError = C.EngineError
+# weights packed in the background (csrc/runtime/background.h): the running job finishes while
+# the interpreter still runs (it may release tensors), the queued ones are dropped
+atexit.register(C.stop_background)

@@ -448,7 +448,7 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
 
     put("dynamo", FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU, torch.is_grad_enabled(),
         *[f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
-          if f.name not in ("cache_dir", "dump_dir")])
+          if f.name not in ("cache_dir", "dump_dir", "background_packing")])  # (not the graph)
     storages = {}
     for i, x in enumerate(example_inputs):
         st = x.untyped_storage().data_ptr()

@@ -392,7 +392,8 @@ class EngineGraph:
         self.graph_text = str(g) if keep_text else ""
         if cached:
             self.optimized_graph = g
-        self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena, kernel_cache)
+        self.exe = g.compile(config.allow_inplace, config.fault_node, prepack_cache, arena, kernel_cache,
+                             config.background_packing)
         self.exe.set_profiling(config.profile)
         self._plan_call()
         self.profiles = collections.deque(maxlen=1000)  # (starts ns, durations ns) per call

@@ -57,6 +57,12 @@ class CompilerConfig:
     fold_max_bytes: int = 1 << 20
     # Let elementwise ops write over an input buffer that dies at that op.
     allow_inplace: bool = True
+    # Pack constant GEMM weights into oneDNN's blocked layout on a background thread once the first
+    # call has returned (the first calls run on them as stored), so that the first call pays
+    # neither the packing nor the fresh copy's page faults. False packs them while compiling
+    # (AIRGRAPH_BACKGROUND_PACKING=0). Graphs with symbolic sizes pack while compiling: their
+    # programs share one packed copy.
+    background_packing: bool = field(default_factory=lambda: _env("AIRGRAPH_BACKGROUND_PACKING", "1") != "0")
     # Threads for the engine; None follows torch.get_num_threads() at each call.
     num_threads: int | None = None
     # Dynamic shapes: a graph traced with symbolic sizes keeps an engine program for each of

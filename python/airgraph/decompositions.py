@@ -44,6 +44,9 @@ _DECOMPOSE = [
     aten._native_batch_norm_legit_functional,  # training-mode batch norm and instance norm
     aten.round.decimals,
     aten.grid_sampler_2d,
+    # F.interpolate's .vec overloads decompose while Dynamo traces, but torch.export keeps them
+    aten.upsample_bilinear2d,
+    aten.upsample_nearest2d,
 ]
 
 

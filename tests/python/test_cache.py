@@ -325,3 +325,25 @@ def test_a_damaged_symbolic_entry_is_rebuilt(tmp_path):
     assert not seg.from_cache and after["rebuilt"] == before["rebuilt"] + 1
     seg = run_dynamic(Dyn().eval(), [(6, 2, 12)], tmp_path)
     assert seg.from_cache and stats(tmp_path)["optimized_hits"] == after["optimized_hits"] + 1
+
+
+class Scaled(torch.nn.Module):
+    # under dynamic=True, Dynamo passes the float attributes as 0-d tensors: each program binds
+    # their values as constants (the template is made for those values)
+    def __init__(self, eps=1e-6, scale=0.5):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 16), requires_grad=False)
+        self.eps, self.scale = eps, scale
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight * self.scale
+
+
+def test_a_symbolic_entry_is_for_the_values_it_was_made_with(tmp_path):
+    seg = run_dynamic(Scaled().eval(), [(3, 16), (5, 16)], tmp_path)
+    assert seg.values and not seg.from_cache
+    seg = run_dynamic(Scaled().eval(), [(4, 16), (2, 16)], tmp_path)
+    assert seg.from_cache and seg.optimized_builds == 2
+    before = stats(tmp_path)
+    seg = run_dynamic(Scaled(eps=0.25, scale=2.0).eval(), [(4, 16)], tmp_path)  # (right: checked with eager)
+    assert not seg.from_cache and stats(tmp_path)["misses"] == before["misses"] + 1
