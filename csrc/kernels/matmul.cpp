@@ -149,8 +149,8 @@ class GemmKernel final : public Kernel {
   std::unique_ptr<KernelState> make_state() const override {
     if (mode_ != Mode::Dnnl) return nullptr;
     auto st = std::make_unique<State>();
-    if (!deferred_ || packed_ptr_.load(std::memory_order_acquire)) {
-      st->exec = exec_.make_args();
+    if (!deferred_ || packed_ptr_.load(std::memory_order_acquire)) {  // (else made at the switch: exec_'s
+      st->exec = exec_.make_args();                                    // weights are set in the background)
       st->has_exec = true;
     }
     if (deferred_) st->plain = plain_exec_.make_args();
@@ -359,9 +359,10 @@ class GemmKernel final : public Kernel {
   void make_exec() const { bind_exec(exec_, pd_, pd_d_, pd_bias_, pd_k_); }
 
   void prepare_weights() {
-    if (s_.b_const && defer_packing()) return;  // (the packed primitive is made in the background too)
+    // (the packed primitive is made here, on the compiling thread, even when its weights are packed
+    // later: made from this pd on the background thread, oneDNN's JIT crashed copying its post-ops)
     make_exec();
-    if (!s_.b_const) return;
+    if (!s_.b_const || defer_packing()) return;
     const void* w = prepack(s_.b_const, s_.t, b_n_, emu_, b_plain_md_, b_md_, packed_);
     exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
   }
@@ -371,7 +372,6 @@ class GemmKernel final : public Kernel {
   void finish_background_work() const override {
     std::lock_guard<std::mutex> lk(pack_mu_);
     if (packed_ptr_.load(std::memory_order_acquire)) return;
-    make_exec();  // (its JIT code too: nothing the first call waited for)
     Buffer b;
     const void* w = prepack(s_.b_const, s_.t, b_n_, false, b_plain_md_, b_md_, b);
     packed_ = b;
@@ -539,7 +539,7 @@ class GemmKernel final : public Kernel {
   Mode mode_ = Mode::Dnnl;
   bool emu_ = false, manual_bias_ = false;
   int64_t out_n_ = 0, a_n_ = 0, b_n_ = 0, bias_n_ = 0;
-  mutable Exec exec_;  // (made in the background when deferred_; read by runs only once packed_ptr_ is set)
+  mutable Exec exec_;  // (with deferred_, its weights are set in the background; runs read it once packed_ptr_ is)
   dnnl::matmul::primitive_desc pd_;  // exec_'s
   dt pd_d_ = dt::f32;
   bool pd_bias_ = false;
