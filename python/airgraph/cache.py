@@ -172,39 +172,61 @@ def _digest(weights: dict, names) -> str:
     return h.hexdigest()
 
 
+def _present(path: str) -> bool:
+    """Whether the entry's file exists (a miss is counted when not)."""
+    if os.path.exists(path):
+        return True
+    with _lock:
+        _stats["misses"] += 1
+    return False
+
+
+def _read(path: str, key: str, weights: dict):
+    """(graph, metadata) of the entry at `path`, its weights bound by name; raises when it is not a
+    whole entry of this format for `key`."""
+    from .compiler import const_resolver
+
+    with open(path, "rb") as f:
+        g, _, text = C.load_graph_bytes(f.read(), const_resolver(weights))
+    meta = json.loads(text)
+    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION or meta.get("key") != key:
+        raise EngineError(f"not a {FORMAT} v{FORMAT_VERSION} entry for this key")
+    return g, meta
+
+
+def _discard(paths, e: Exception, miss: bool = True) -> None:
+    """An entry that could not be used (corrupt, truncated, stale, foreign): removed and counted as
+    rebuilt, with a warning; never an error."""
+    log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", paths[0], type(e).__name__,
+                str(e).splitlines()[0] if str(e) else "")
+    with _lock:
+        _stats["rebuilt"] += 1
+        _stats["misses"] += miss
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
 def load(folder: str, key: str, gm, consts):
     """(the cached Lowered for `key`, LOWERED or OPTIMIZED), or None: a miss, an entry made for
     other weights (see the module text), or an entry that could not be used (removed)."""
-    from .compiler import Lowered, const_resolver
+    from .compiler import Lowered
 
     path = _path(folder, key)
-    if not os.path.exists(path):
-        with _lock:
-            _stats["misses"] += 1
+    if not _present(path):
         return None
     weights = _by_name(gm, consts)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-        g, _, text = C.load_graph_bytes(data, const_resolver(weights))
-        meta = json.loads(text)
-        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION or meta.get("key") != key:
-            raise EngineError(f"not a {FORMAT} v{FORMAT_VERSION} entry for this key")
+        g, meta = _read(path, key, weights)
         stage, derived = meta.get("stage"), meta.get("derived")
         if stage not in (LOWERED, OPTIMIZED) or not isinstance(derived, dict) or \
                 any(n not in weights for n in derived.get("sources", ())):
             raise EngineError("bad metadata")
         low = Lowered.from_feeding(g, meta)
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
-        log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", path, type(e).__name__,
-                    str(e).splitlines()[0] if str(e) else "")
-        with _lock:
-            _stats["rebuilt"] += 1
-            _stats["misses"] += 1
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        _discard([path], e)
         return None
     if _digest(weights, derived["sources"]) != derived.get("digest"):
         # its folded constants were computed from other weights than this process's
@@ -333,20 +355,13 @@ def load_symbolic(folder: str, key: str, gm, consts, hint: list, vals: list):
     from .compiler import Lowered, const_resolver
 
     path = _path(folder, key)
-    if not os.path.exists(path):
-        with _lock:
-            _stats["misses"] += 1
+    if not _present(path):
         return None
     weights = _by_name(gm, consts)
     try:
-        with open(path, "rb") as f:
-            g, _, text = C.load_graph_bytes(f.read(), const_resolver(weights))
-        meta = json.loads(text)
-        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION or meta.get("key") != key \
-                or meta.get("stage") != SYMBOLIC:
-            raise EngineError(f"not a {FORMAT} v{FORMAT_VERSION} symbolic entry for this key")
+        g, meta = _read(path, key, weights)
         derived, probe = meta["derived"], [int(x) for x in meta["probe"]]
-        if len(probe) != len(hint) or len(g.symbols()) != len(hint):
+        if meta.get("stage") != SYMBOLIC or len(probe) != len(hint) or len(g.symbols()) != len(hint):
             raise EngineError("bad metadata")
         low = Lowered.from_feeding(g, meta)
         opt = None
@@ -357,16 +372,7 @@ def load_symbolic(folder: str, key: str, gm, consts, hint: list, vals: list):
             with _lock:
                 _stats["other_weights"] += 1
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
-        log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", path, type(e).__name__,
-                    str(e).splitlines()[0] if str(e) else "")
-        with _lock:
-            _stats["rebuilt"] += 1
-            _stats["misses"] += 1
-        for p in (path, _optimized_path(path)):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+        _discard([path, _optimized_path(path)], e)
         return None
     if meta.get("values") != list(vals) or low.g.failed_guard(list(hint)) is not None:
         with _lock:  # (recorded for other value inputs, or at sizes whose decisions differ from these)
@@ -557,17 +563,9 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
         if state["optimized"]:
             report.pass_stats[0] = [tuple(p) for p in meta["pass_stats"]]
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
-        log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", path, type(e).__name__,
-                    str(e).splitlines()[0] if str(e) else "")
         report.nodes[:], report.graphs[:], report.pass_stats[:], report.exec_stats[:] = [], [], [], []
         report.engine_graphs = 0
-        with _lock:
-            _stats["rebuilt"] += 1
-        for p in (path, lowered_path):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+        _discard([path, lowered_path], e, miss=False)  # (the ATen graph's lookup that follows counts the miss)
         return None
     with _lock:
         _stats["hits"] += 1
