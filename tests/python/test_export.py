@@ -179,7 +179,7 @@ def test_a_graph_with_unsupported_nodes_is_refused_at_export(tmp_path):
     assert not (tmp_path / "x.agraph").exists()
 
 
-@pytest.mark.parametrize("name", ["bert", "resnet50", "llama"])
+@pytest.mark.parametrize("name", ["bert", "resnet50", "llama", "upernet"])  # (upernet: bilinear resizes)
 def test_zoo_model_round_trip(tmp_path, name):
     model, args, kwargs = zoo.build(name, size="small", batch=2)
     path = tmp_path / f"{name}.agraph"
