@@ -138,8 +138,7 @@ class GemmKernel final : public Kernel {
     prepare_weights();
     prepare_manual_bias();
     if (s.has_bias && !manual_bias_ && emu_) prepare_f32_bias();
-    const size_t pad = mode_ != Mode::Dnnl ? 0 : std::max(pd_.scratchpad_desc().get_size(),
-                                                          deferred_ ? plain_exec_.scratch_bytes : size_t{0});
+    const size_t pad = std::max(exec_.scratch_bytes, deferred_ ? plain_exec_.scratch_bytes : size_t{0});
     if (mode_ == Mode::Dnnl && pad) pad_ = scratch_.add(pad);
   }
 
@@ -149,10 +148,7 @@ class GemmKernel final : public Kernel {
   std::unique_ptr<KernelState> make_state() const override {
     if (mode_ != Mode::Dnnl) return nullptr;
     auto st = std::make_unique<State>();
-    if (!deferred_ || packed_ptr_.load(std::memory_order_acquire)) {  // (else made at the switch: exec_'s
-      st->exec = exec_.make_args();                                    // weights are set in the background)
-      st->has_exec = true;
-    }
+    st->exec = exec_.make_args();
     if (deferred_) st->plain = plain_exec_.make_args();
     return st;
   }
@@ -179,11 +175,8 @@ class GemmKernel final : public Kernel {
     const Exec* ex = &exec_;
     Args* ap = &st->exec;
     if (deferred_) {  // the packed copy once the background thread has made it, the weights as stored until then
-      if (packed_ptr_.load(std::memory_order_acquire)) {
-        if (!st->has_exec) {  // (the packed primitive was made after this executor's state)
-          st->exec = exec_.make_args();
-          st->has_exec = true;
-        }
+      if (const void* w = packed_ptr_.load(std::memory_order_acquire)) {
+        st->exec.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));  // (exec_ itself never changes after the build)
       } else {
         ex = &plain_exec_;
         ap = &st->plain;
@@ -222,7 +215,6 @@ class GemmKernel final : public Kernel {
   enum class Mode { Empty, ZeroK, Dnnl, Gemv };
   struct State : KernelState {
     Args exec, plain;  // (plain: the primitive on the weights as stored, while packing is deferred)
-    bool has_exec = false;
   };
   static constexpr size_t kNone = ScratchLayout::kNone;
 
@@ -260,7 +252,7 @@ class GemmKernel final : public Kernel {
     }
     if (d != dt::f32 && impl.find("ref") != std::string::npos) return false;  // slow reference: emulate instead
     if (same_impl && impl != *same_impl) return false;  // the post-ops would cost a slower implementation
-    pd_ = pd;  // (its primitive is made once the choice is final: make_exec)
+    pd_ = pd;  // (its primitive is made once the choice is final: prepare_weights)
     pd_d_ = d;
     pd_bias_ = with_bias;
     pd_k_ = k;
@@ -356,12 +348,10 @@ class GemmKernel final : public Kernel {
     return b;
   }
 
-  void make_exec() const { bind_exec(exec_, pd_, pd_d_, pd_bias_, pd_k_); }
-
   void prepare_weights() {
     // (the packed primitive is made here, on the compiling thread, even when its weights are packed
     // later: made from this pd on the background thread, oneDNN's JIT crashed copying its post-ops)
-    make_exec();
+    bind_exec(exec_, pd_, pd_d_, pd_bias_, pd_k_);
     if (!s_.b_const || defer_packing()) return;
     const void* w = prepack(s_.b_const, s_.t, b_n_, emu_, b_plain_md_, b_md_, packed_);
     exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
@@ -375,7 +365,6 @@ class GemmKernel final : public Kernel {
     Buffer b;
     const void* w = prepack(s_.b_const, s_.t, b_n_, false, b_plain_md_, b_md_, b);
     packed_ = b;
-    exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
     packed_ptr_.store(w, std::memory_order_release);  // (runs from now on use exec_ and the packed copy)
   }
 
@@ -539,7 +528,7 @@ class GemmKernel final : public Kernel {
   Mode mode_ = Mode::Dnnl;
   bool emu_ = false, manual_bias_ = false;
   int64_t out_n_ = 0, a_n_ = 0, b_n_ = 0, bias_n_ = 0;
-  mutable Exec exec_;  // (with deferred_, its weights are set in the background; runs read it once packed_ptr_ is)
+  Exec exec_;  // (with deferred_, its weights are packed_ptr_, set per call once the background thread made them)
   dnnl::matmul::primitive_desc pd_;  // exec_'s
   dt pd_d_ = dt::f32;
   bool pd_bias_ = false;
