@@ -581,9 +581,20 @@ def _aot_fn(model, *args, **kwargs):
     return model(*args, **kwargs)
 
 
-def _later_ms(fn, args, kwargs) -> float:
-    """Median ms of the calls after the first."""
+def _later_ms(fn, args, kwargs, res: dict | None = None) -> float:
+    """Median ms of the calls after the first, once the work an engine leaves for after its first
+    run (packing GEMM weights) is done: a steady call. With `res`, the second call's ms before
+    that work is done goes into res["second_ms"] (it pays a share of the work when the background
+    thread got no idle time)."""
     n, limit = FIRST_LATER
+    if res is not None:
+        t0 = time.perf_counter()
+        fn(*args, **kwargs)
+        res["second_ms"] = (time.perf_counter() - t0) * 1000
+    if "airgraph" in sys.modules:
+        from airgraph._core import C
+
+        C.wait_background_idle()
     ts, t_end = [], time.perf_counter() + limit
     while len(ts) < 3 or (len(ts) < n and time.perf_counter() < t_end):
         t0 = time.perf_counter()
@@ -690,7 +701,7 @@ def first_call_worker(mode: str, model_name: str, folder: str, size: str) -> dic
         compile_ms = sum(r.compile_ms for r in reports)
         backend_ms = _BACKEND_S[0] * 1000
         info = airgraph.cache_info()
-        later = _later_ms(fn, args, kwargs)
+        later = _later_ms(fn, args, kwargs, res)
         res.update(total_ms=total, compile_ms=compile_ms, first_run_ms=first_runs[0],
                    own_ms=compile_ms + first_runs[0], backend_ms=backend_ms,
                    # airgraph's part of the first call beyond the model's own run time: the compile work

@@ -65,8 +65,9 @@ class Kernel {
   virtual std::unique_ptr<KernelState> make_state() const { return nullptr; }
   virtual std::string name() const { return "kernel"; }  // e.g. "onednn_matmul_f32"
   // Work left for after the program's first run (packing constant weights; runtime/background.h):
-  // 0 none, 1 left for the background thread, 2 done there. finish_background_work() runs on the
-  // background thread while run() may be running on others, and makes later runs use its result.
+  // 0 none, 1 left for later, 2 done. finish_background_work() runs once, on the background thread
+  // or at the end of a caller's run, while run() may be running on other threads, and makes later
+  // runs use its result.
   virtual int background_work() const { return 0; }
   virtual void finish_background_work() const {}
 };

@@ -2,10 +2,12 @@
 
 #include <pthread.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -16,12 +18,16 @@ namespace ag {
 namespace {
 
 thread_local bool t_allowed = false;
+std::atomic<int> g_active_runs{0};
+std::atomic<uint64_t> g_run_starts{0};
+constexpr auto kIdle = std::chrono::milliseconds(1);  // no run for this long: the background thread may work
 
 struct Worker {
   std::mutex mu;
   std::condition_variable cv, idle;
   std::deque<std::function<void()>> jobs;
   bool running = false, stop = false, started = false;
+  std::atomic<bool> stopping{false};  // (read by a job waiting for idle time, outside the lock)
   std::thread thread;
 
   void loop() {
@@ -61,6 +67,7 @@ void stop_background() {
     std::lock_guard<std::mutex> lk(w->mu);
     if (!w->started) return;
     w->stop = true;
+    w->stopping = true;
     for (auto& j : w->jobs) new std::function<void()>(std::move(j));  // (leaked, never run)
     w->jobs.clear();
   }
@@ -101,6 +108,77 @@ void wait_background_idle() {
 }
 
 bool background_allowed() { return t_allowed; }
+
+RunActivity::RunActivity() {
+  g_active_runs.fetch_add(1, std::memory_order_acq_rel);
+  g_run_starts.fetch_add(1, std::memory_order_relaxed);
+}
+RunActivity::~RunActivity() { g_active_runs.fetch_sub(1, std::memory_order_acq_rel); }
+
+namespace {
+
+// On the background thread: waits until no run has been in progress for kIdle; false when the
+// worker is stopping.
+bool wait_for_idle_time() {
+  for (;;) {
+    if (g_worker->stopping.load(std::memory_order_relaxed)) return false;
+    const uint64_t starts = g_run_starts.load(std::memory_order_acquire);
+    const bool idle = g_active_runs.load(std::memory_order_acquire) == 0;
+    std::this_thread::sleep_for(kIdle);
+    if (idle && g_active_runs.load(std::memory_order_acquire) == 0 &&
+        g_run_starts.load(std::memory_order_acquire) == starts)
+      return true;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<DeferredWork> DeferredWork::of(const std::vector<std::shared_ptr<const Kernel>>& kernels) {
+  std::vector<const Kernel*> todo;
+  for (const auto& k : kernels)
+    if (k->background_work() == 1) todo.push_back(k.get());
+  if (todo.empty()) return nullptr;
+  return std::unique_ptr<DeferredWork>(new DeferredWork(std::move(todo)));
+}
+
+bool DeferredWork::do_one() {
+  const size_t i = next_.fetch_add(1, std::memory_order_acq_rel);
+  if (i >= todo_.size()) return false;
+  try {
+    todo_[i]->finish_background_work();
+  } catch (const std::exception& e) {  // (a kernel that cannot pack keeps its first primitive)
+    std::fprintf(stderr, "airgraph: deferred work failed: %s\n", e.what());
+  }
+  return true;
+}
+
+size_t DeferredWork::left() const {
+  size_t n = 0;
+  for (const Kernel* k : todo_) n += k->background_work() == 1;
+  return n;
+}
+
+bool DeferredWork::pending() const { return next_.load(std::memory_order_relaxed) < todo_.size(); }
+
+void DeferredWork::after_run(const std::shared_ptr<const void>& owner, double run_seconds) {
+  if (!queued_.load(std::memory_order_relaxed) && !queued_.exchange(true)) {
+    run_in_background([this, owner] {
+      while (wait_for_idle_time() && do_one()) {
+      }
+    });
+    claimed_seen_.store(next_.load());
+    return;
+  }
+  // No kernel claimed since the previous run ended: this caller leaves no idle time; its share now.
+  const size_t claimed = next_.load(std::memory_order_acquire);
+  if (claimed_seen_.exchange(claimed) != claimed) return;
+  using clk = std::chrono::steady_clock;
+  const auto t0 = clk::now();
+  const auto budget = std::chrono::duration<double>(run_seconds / 8);
+  while (do_one() && clk::now() - t0 < budget) {
+  }
+  claimed_seen_.store(next_.load());
+}
 
 BackgroundScope::BackgroundScope(bool allow) : prev_(t_allowed) { t_allowed = allow; }
 BackgroundScope::~BackgroundScope() { t_allowed = prev_; }

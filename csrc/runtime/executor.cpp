@@ -182,6 +182,7 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
   for (auto& n : g.nodes())
     for (Value* v : n->inputs) keep(v);
   for (Value* v : g.outputs()) keep(v);
+  prog->deferred = DeferredWork::of(prog->kernels);
   prog->stats.nodes = static_cast<int>(g.nodes().size());
   prog->stats.arena_bytes = plan.arena_bytes;
   prog->stats.naive_bytes = plan.naive_bytes;
@@ -245,6 +246,9 @@ size_t ArenaSource::bytes_held() const {
 
 void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
   const Program& P = *prog_;
+  RunActivity activity;  // (the background thread works only between runs)
+  const bool deferred_pending = P.deferred && P.deferred->pending();
+  const auto t_start = deferred_pending ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   struct Leased {  // the arena of this call, from the shared source (returned on every exit)
     ArenaSource* src;
     ArenaSource::Lease l;
@@ -290,15 +294,8 @@ void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
   } catch (const std::exception& e) {
     fail("kernel failed: ", e.what(), "\n  in ", *P.instr_context[i]);
   }
-  if (!P.background_queued->load(std::memory_order_relaxed) && !P.background_queued->exchange(true)) {
-    bool any = false;
-    for (const auto& k : P.kernels) any = any || k->background_work() == 1;
-    if (any)  // (the job holds the program: its kernels and the constants they read stay alive)
-      run_in_background([prog = prog_] {
-        for (const auto& k : prog->kernels)
-          if (k->background_work() == 1) k->finish_background_work();
-      });
-  }
+  if (deferred_pending)
+    P.deferred->after_run(prog_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
 }
 
 std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {

@@ -20,6 +20,7 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
+#include "runtime/background.h"
 #include "runtime/memory_planner.h"
 
 namespace ag {
@@ -68,8 +69,8 @@ class Program {
   size_t scratch_bytes = 0;   // the largest kernel scratch, placed after them in each executor's arena
   std::vector<std::shared_ptr<Storage>> constants;  // keeps every constant's bytes alive
   CompileStats stats;
-  // Set by the first run that returns: its kernels' background work is then queued (once).
-  std::unique_ptr<std::atomic<bool>> background_queued = std::make_unique<std::atomic<bool>>(false);
+  // The kernels' work left for after the first run (runtime/background.h), or null.
+  std::unique_ptr<DeferredWork> deferred;
 };
 
 // Kernels shared by the programs that one symbolic graph builds for its sizes. A node with the

@@ -12,6 +12,7 @@
 
 #include "ir/graph.h"
 #include "passes/passes.h"
+#include "runtime/background.h"
 #include "runtime/executor.h"
 #include "runtime/parallel.h"
 #include "test_util.h"
@@ -126,6 +127,50 @@ TEST(Threads, PoolReusesAnIdleExecutor) {
   EXPECT_EQ(pool.size(), 2u);
   auto c = pool.acquire();
   EXPECT_EQ(pool.size(), 2u);  // an idle one was lent, none made
+}
+
+// A kernel with work left for after the first run: records the thread that did it.
+class DeferringKernel final : public Kernel {
+ public:
+  void run(void* const*, void* const*, const RunCtx&) const override {}
+  int background_work() const override { return by_.load() == std::thread::id{} ? 1 : 2; }
+  void finish_background_work() const override { by_.store(std::this_thread::get_id()); }
+  std::thread::id by() const { return by_.load(); }
+
+ private:
+  mutable std::atomic<std::thread::id> by_{};
+};
+
+// The background thread works only while no run is in progress; a caller whose runs leave it no
+// idle time does a share of the work at the end of its own run, and the thread does the rest once
+// the runs stop.
+TEST(Threads, DeferredWorkWaitsForIdleTimeOrIsDoneByTheCaller) {
+  std::vector<std::shared_ptr<const Kernel>> ks;
+  for (int i = 0; i < 3; ++i) ks.push_back(std::make_shared<DeferringKernel>());
+  auto work = DeferredWork::of(ks);
+  ASSERT_NE(work, nullptr);
+  auto owner = std::make_shared<int>(0);
+  auto by = [&](int i) { return static_cast<const DeferringKernel&>(*ks[i]).by(); };
+  {
+    RunActivity busy;  // another caller's run, in progress throughout
+    work->after_run(owner, 1.0);  // the first run: queued for the background thread, nothing done here
+    EXPECT_EQ(work->left(), 3u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(work->left(), 3u);  // (no idle time: the background thread waits)
+    work->after_run(owner, 0.0);  // no kernel claimed since the last run: this caller's share, one kernel
+    EXPECT_EQ(work->left(), 2u);
+    EXPECT_EQ(by(0), std::this_thread::get_id());
+  }
+  wait_background_idle();  // the runs stopped: the background thread does the rest
+  EXPECT_EQ(work->left(), 0u);
+  EXPECT_FALSE(work->pending());
+  for (int i : {1, 2}) {
+    EXPECT_NE(by(i), std::thread::id{});
+    EXPECT_NE(by(i), std::this_thread::get_id());
+  }
+  std::vector<std::shared_ptr<const Kernel>> none{std::make_shared<DeferringKernel>()};
+  none[0]->finish_background_work();
+  EXPECT_EQ(DeferredWork::of(none), nullptr);  // (nothing left to do: no DeferredWork)
 }
 
 }  // namespace
