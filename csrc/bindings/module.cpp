@@ -660,6 +660,9 @@ NB_MODULE(_C, m) {
     return r;
   });
   m.def("set_num_threads", &set_num_threads);
+  m.def("checksum64", [](uintptr_t addr, size_t nbytes) {  // (ir/serialize.h; the compile cache's weights check)
+    return checksum64(reinterpret_cast<const void*>(addr), nbytes);
+  });
   m.def("wait_background_idle", [] {  // until the background thread has nothing left to do
     nb::gil_scoped_release nogil;
     wait_background_idle();

@@ -44,24 +44,37 @@ def collect_reports():
                 break
 
 
-def _param_positions(gm: torch.fx.GraphModule, example_inputs) -> dict[int, str]:
-    """Dynamo graph inputs that are module parameters or buffers: position -> name (its source)."""
-    pos = {}
-    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for i, (n, ex) in enumerate(zip(phs, example_inputs)):
-        if not isinstance(ex, torch.Tensor):
+def _input_sources(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, object, str]]:
+    """Per Dynamo graph input: its placeholder, its GraphArg and the user's short name of it
+    (L['self']._modules['0']._parameters['weight'] -> self.0.weight; "" when Dynamo names no source)."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
             continue
         ga = n.meta.get("grapharg")
         src = ga.source.name if ga is not None and getattr(ga, "source", None) is not None else ""
+        out.append((n, ga, _short_name(src) if src else ""))
+    return out
+
+
+def _param_positions(sources, example_inputs) -> dict[int, str]:
+    """Dynamo graph inputs that are module parameters or buffers: position -> name (its source)."""
+    pos = {}
+    for i, ((n, ga, name), ex) in enumerate(zip(sources, example_inputs)):
+        if not isinstance(ex, torch.Tensor):
+            continue
+        src = ga.source.name if name else ""
         if isinstance(ex, torch.nn.Parameter) or "_parameters" in src or "_buffers" in src:
-            pos[i] = _short_name(src) or n.name
+            pos[i] = name or n.name
     return pos
+
+
+_SOURCE_PARTS = re.compile(r"\._(?:modules|parameters|buffers)\['([^']*)'\]|^L\['([^']*)'\]")
 
 
 def _short_name(source: str) -> str:
     """L['self']._modules['0']._parameters['weight'] -> self.0.weight (for log messages)."""
-    s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']*)'\]", r".\1", source)
-    return re.sub(r"^L\['([^']*)'\]", r"\1", s)
+    return _SOURCE_PARTS.sub(lambda m: "." + m.group(1) if m.group(1) is not None else m.group(2), source)
 
 
 def _mutated_inputs(aot_gm: torch.fx.GraphModule) -> set[int] | None:
@@ -117,18 +130,15 @@ def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str])
     return consts
 
 
-def _shape_spec(gm: torch.fx.GraphModule, example_inputs) -> ShapeSpec:
+def _shape_spec(sources, example_inputs) -> ShapeSpec:
     """What the Dynamo graph's inputs say beyond the ATen graph, in one pass over them: the gears
     from airgraph.set_dim_gears (Symbol -> allowed sizes), the Python floats Dynamo passes as 0-d
     tensors (dynamic=True unspecializes floats such as a norm's eps: position -> example value),
     and the user's names of the inputs (L['input_ids'] -> input_ids, for messages)."""
     spec = ShapeSpec()
-    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for i, (n, ex) in enumerate(zip(phs, example_inputs)):
-        ga = n.meta.get("grapharg")
-        src = ga.source.name if ga is not None and getattr(ga, "source", None) is not None else ""
-        if src:
-            spec.names[i] = _short_name(src)
+    for i, ((n, ga, name), ex) in enumerate(zip(sources, example_inputs)):
+        if name:
+            spec.names[i] = name
         if getattr(ga, "pass_arg_as_tensor", False) and isinstance(ex, torch.Tensor) and ex.dim() == 0:
             spec.values[i] = ex.item()
         gears = getattr(getattr(ga, "example", None), "_airgraph_dim_gears", None)
@@ -259,10 +269,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
 def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig | None = None, **kwargs):
     if config is None:
         config = CompilerConfig.from_options(kwargs.get("options"))
-    params = _param_positions(gm, example_inputs)
+    sources = _input_sources(gm)
+    params = _param_positions(sources, example_inputs)
     # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
     # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
-    return _compile(gm, example_inputs, config, params, _shape_spec(gm, example_inputs))
+    return _compile(gm, example_inputs, config, params, _shape_spec(sources, example_inputs))
 
 
 def get_backend(config: CompilerConfig | None = None):

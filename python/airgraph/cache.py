@@ -44,11 +44,11 @@ from ._core import C, EngineError
 log = logging.getLogger("airgraph")
 
 FORMAT = "airgraph-compiled"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # what an entry holds: the graph as lowered from FX, or after the passes
 LOWERED, OPTIMIZED = "lowered", "optimized"
 # the most bytes of weights a cached optimized graph's derived constants may come from (each hit
-# hashes them: about 1 ms per MB here)
+# checks them: about 0.1 ms per MB here)
 DERIVED_MAX_BYTES = 8 << 20
 _stats = {"hits": 0, "optimized_hits": 0, "dynamo_hits": 0, "misses": 0, "writes": 0, "rebuilt": 0, "errors": 0,
           "other_weights": 0}
@@ -102,13 +102,8 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=
     global _CPU
     if _CPU is None:
         _CPU = _cpu_features()
-    h = hashlib.sha256()
-
-    def put(*parts):
-        for p in parts:
-            h.update(str(p).encode())
-            h.update(b"\x00")
-
+    h = _KeyHash()
+    put = h.put
     put(FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU, *passes)
     # every node's kind, target and arguments (not gm.code: a lazy graph module would generate its
     # Python code just for this); with the placeholders' types the other nodes' types follow (a
@@ -118,21 +113,50 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=
         c = consts.get(i)
         put("ph", i, n.name, len(n.users), _meta_text(n.meta.get("val")),
             "input" if c is None else f"const {c.dtype} {tuple(c.shape)}")
-    _put_nodes(h, put, gm, str)  # (an OpOverload's text is its qualified name)
+    _put_nodes(h, gm, str)  # (an OpOverload's text is its qualified name)
     put("writes", gm.meta.get("airgraph_input_writes", ()))
     return h.hexdigest()
 
 
-def _put_nodes(h, put, gm, target_text) -> bool:
+class _KeyHash:
+    """SHA-256 of text parts, each followed by a NUL, and of raw bytes; the parts are joined and
+    hashed at once (a graph of a few hundred nodes puts thousands of them)."""
+
+    def __init__(self):
+        self._h = hashlib.sha256()
+        self._parts: list[str] = []
+
+    def put(self, *parts):
+        self._parts.extend(map(str, parts))
+
+    def raw(self, b: bytes):
+        self._flush()
+        self._h.update(b)
+
+    def _flush(self):
+        if self._parts:
+            self._parts.append("")
+            self._h.update("\x00".join(self._parts).encode())
+            self._parts = []
+
+    def hexdigest(self) -> str:
+        self._flush()
+        return self._h.hexdigest()
+
+
+def _put_nodes(h: _KeyHash, gm, target_text) -> bool:
     """Hashes every call's kind, target, arguments and source line, the bytes of tensors the traced
     code created, and the outputs; False for what no key can name (a module call, an attribute
     that is not a tensor)."""
     from .compiler import get_attr_tensor
 
+    put, names = h.put, {}
     for n in gm.graph.nodes:
         if n.op in ("call_function", "call_method"):
-            put(n.op, n.name, target_text(n.target), _arg_text(n.args), _arg_text(n.kwargs))
-            h.update(n.meta.get("stack_trace", "").encode())
+            t = names.get(n.target)
+            if t is None:
+                t = names[n.target] = target_text(n.target)
+            put(n.op, n.name, t, _arg_text(n.args), _arg_text(n.kwargs), n.meta.get("stack_trace", ""))
         elif n.op == "get_attr":
             t = get_attr_tensor(n)
             if not isinstance(t, torch.Tensor):
@@ -140,7 +164,7 @@ def _put_nodes(h, put, gm, target_text) -> bool:
             t = t.detach().contiguous()
             put("attr", n.name, t.dtype, tuple(t.shape))
             if t.numel():
-                h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+                h.raw(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
         elif n.op == "output":
             put("out", _arg_text(n.args))
         elif n.op == "call_module":
@@ -159,16 +183,16 @@ def _by_name(gm, consts) -> dict:
 
 
 def _digest(weights: dict, names) -> str:
-    """BLAKE2b of the named weights' names, dtypes, shapes and bytes ("" for none)."""
+    """BLAKE2b of the named weights' names, dtypes, shapes and the 64-bit checksums of their bytes
+    (C.checksum64: two CRC-32C lanes, several GB/s) ("" for none)."""
     if not names:
         return ""
     h = hashlib.blake2b(digest_size=20)
     for n in names:
         t = weights[n].detach()
         t = t if t.is_contiguous() else t.contiguous()
-        h.update(f"{n}:{t.dtype}:{tuple(t.shape)}".encode())
-        if t.numel():
-            h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+        h.update(f"{n}:{t.dtype}:{tuple(t.shape)}:{C.checksum64(t.data_ptr(), t.numel() * t.element_size()):016x}\0"
+                 .encode())
     return h.hexdigest()
 
 
@@ -445,13 +469,8 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
         return None
     if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
         return None
-    h = hashlib.sha256()
-
-    def put(*parts):
-        for p in parts:
-            h.update(str(p).encode())
-            h.update(b"\x00")
-
+    h = _KeyHash()
+    put = h.put
     put("dynamo", FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU, torch.is_grad_enabled(),
         *[f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
           if f.name not in ("cache_dir", "dump_dir", "background_packing")])  # (not the graph)
@@ -462,7 +481,7 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
             x.requires_grad, x.is_inference(), storages.setdefault(st, i))  # (which inputs share memory)
     put("placeholders", *[n.name for n in gm.graph.nodes if n.op == "placeholder"])
     try:
-        if not _put_nodes(h, put, gm, _target_text):
+        if not _put_nodes(h, gm, _target_text):
             return None
     except ValueError:  # a target without a stable name
         return None

@@ -60,6 +60,26 @@ TEST(GraphFile, SavedAndLoadedGraphIsTheSameAndComputesTheSame) {
   EXPECT_EQ(save_graph(*loaded.graph, SaveOptions{true, "test", "{\"k\": 1}"}), bytes);
 }
 
+// The compile cache's check of folded weights: the same bytes anywhere give the same checksum; a
+// flipped bit in either lane, in the tail or a change of length gives another.
+TEST(Checksum64, SeesEveryLaneTheTailAndTheLength) {
+  std::vector<uint8_t> a(1000 + 64);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 131 + 7);
+  std::vector<uint8_t> b(a.begin() + 32, a.begin() + 32 + 1000), c(b);
+  const uint64_t base = checksum64(b.data(), b.size());
+  EXPECT_EQ(checksum64(a.data() + 32, 1000), base);  // (another address, unaligned)
+  std::vector<uint64_t> seen{base};
+  for (size_t at : {size_t{3}, size_t{8 + 5}, size_t{993}}) {  // lane a, lane b, the tail
+    c = b;
+    c[at] ^= 0x10;
+    const uint64_t x = checksum64(c.data(), c.size());
+    for (uint64_t y : seen) EXPECT_NE(x, y) << at;
+    seen.push_back(x);
+  }
+  EXPECT_NE(checksum64(b.data(), 999), base);
+  EXPECT_EQ(checksum64(nullptr, 0), checksum64(b.data(), 0));
+}
+
 TEST(GraphFile, EmptyConstantsRoundTrip) {
   Graph g;
   Value* x = g.add_input(TensorType(DType::f32, {2, 3}), "x");
