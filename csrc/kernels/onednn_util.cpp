@@ -4,6 +4,7 @@
 
 #include "kernels/common.h"
 #include "runtime/memory.h"
+#include "runtime/parallel.h"
 
 namespace ag::dnnl_util {
 
@@ -139,7 +140,11 @@ void Reorder::run_once(void* from, void* to) const {
 
 namespace {
 thread_local PrepackCache* t_prepack_cache = nullptr;
-}
+thread_local int t_pack_threads = 0;
+}  // namespace
+
+PackThreadsScope::PackThreadsScope(int n) : prev_(t_pack_threads) { t_pack_threads = n; }
+PackThreadsScope::~PackThreadsScope() { t_pack_threads = prev_; }
 
 PrepackScope::PrepackScope(PrepackCache* cache) : prev_(t_prepack_cache) { t_prepack_cache = cache; }
 PrepackScope::~PrepackScope() { t_prepack_cache = prev_; }
@@ -174,6 +179,7 @@ const void* prepack(const void* src, DType t, int64_t n, bool widen, const dnnl:
     packed = cache->find(key);
     if (packed.data()) return packed.data();
   }
+  ThreadCountScope threads(t_pack_threads);  // (0: this thread's own count)
   Buffer tmp;
   const void* s = src;
   if (widen) {

@@ -127,6 +127,19 @@ class PrepackCache {
 // The PrepackCache of the scope this thread is in (nullptr: none).
 PrepackCache* active_prepack_cache();
 
+// The thread count prepack() runs with on this thread until the scope ends (0: the thread's own).
+// Kernels built on several threads at once (compile_program) pack with one thread each.
+class PackThreadsScope {
+ public:
+  explicit PackThreadsScope(int n);
+  ~PackThreadsScope();
+  PackThreadsScope(const PackThreadsScope&) = delete;
+  PackThreadsScope& operator=(const PackThreadsScope&) = delete;
+
+ private:
+  int prev_;
+};
+
 // Makes `cache` the one prepack() uses on this thread until the scope ends.
 class PrepackScope {
  public:
