@@ -94,15 +94,56 @@ Model::Model(std::unique_ptr<Graph> g, std::string producer, std::string metadat
     if (const auto* ex = G.dim_exprs(v))
       for (int32_t e : *ex)
         if (e >= 0 && bare_[e] >= 0) given[bare_[e]] = 1;
-  for (size_t s = 0; s < given.size(); ++s)
+  for (size_t s = 0; s < given.size(); ++s) {
+    if (!given[s]) given[s] = solve_from_a_dim(static_cast<int>(s));
     AG_CHECK(given[s], "airgraph model: symbol '", G.symbols()[s],
-             "' is not the size of any input dim, so input shapes cannot bind it (inputs: ",
+             "' is not the size of any input dim, nor a * ", G.symbols()[s],
+             " + b of one, so input shapes cannot bind it (inputs: ",
              [&] {
                std::string all;
                for (const auto& i : inputs_) all += (all.empty() ? "" : ", ") + i.str();
                return all;
              }(),
              ")");
+  }
+}
+
+bool Model::solve_from_a_dim(int s) {
+  const Graph& G = *graph_;
+  for (size_t i = 0; i < G.inputs().size(); ++i) {
+    const auto* ex = G.dim_exprs(G.inputs()[i]);
+    if (!ex) continue;
+    for (size_t d = 0; d < ex->size(); ++d) {
+      const int32_t e = (*ex)[d];
+      if (e < 0) continue;
+      const auto& code = G.exprs()[e].code;
+      bool only_s = false, other = false;
+      for (size_t k = 0; k + 1 < code.size(); ++k)
+        if (code[k] == kConst) {
+          ++k;  // (its operand)
+        } else if (code[k] == kSym) {
+          (code[k + 1] == s ? only_s : other) = true;
+          ++k;
+        }
+      if (!only_s || other) continue;
+      // f(x) = a * x + b: probed at a few points (a floor division or a max is not affine there)
+      std::vector<int64_t> at(G.symbols().size(), 0);
+      auto f = [&](int64_t x) {
+        at[s] = x;
+        return eval_size_expr(G.exprs()[e], at);
+      };
+      try {
+        const int64_t b = f(0), a = f(1) - b;
+        if (a == 0 || f(2) != 2 * a + b || f(7) != 7 * a + b || f(64) != 64 * a + b || f(1001) != 1001 * a + b)
+          continue;
+        affine_.push_back(Affine{s, i, d, e, a, b});
+        return true;
+      } catch (const Error&) {  // (a division by zero at a probe)
+        continue;
+      }
+    }
+  }
+  return false;
 }
 
 std::vector<int64_t> Model::bind(const std::vector<Shape>& shapes) const {
@@ -135,6 +176,13 @@ std::vector<int64_t> Model::bind(const std::vector<Shape>& shapes) const {
                  " gave ", G.symbols()[s], " = ", sizes[s]);
       }
     }
+  }
+  for (const Affine& f : affine_) {  // (a derived dim: the symbol from a * symbol + b, checked below)
+    const int64_t got = shapes[f.input][f.dim];
+    AG_CHECK((got - f.b) % f.a == 0 && (got - f.b) / f.a >= 0, "airgraph model: input '", inputs_[f.input].name,
+             "' dim ", f.dim, " is ", got, ", which is not ", G.exprs()[f.expr].text, " for any size ",
+             G.symbols()[f.sym], " (shape ", shape_str(shapes[f.input]), ", expected ", inputs_[f.input].str(), ")");
+    sizes[f.sym] = (got - f.b) / f.a;
   }
   std::string binding;
   for (size_t s = 0; s < nsym; ++s) binding += (s ? ", " : "") + G.symbols()[s] + "=" + std::to_string(sizes[s]);

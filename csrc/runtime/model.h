@@ -79,6 +79,7 @@ class Model {
   size_t kernel_cache_hits() const { return kernels_.hits(); }
 
  private:
+  bool solve_from_a_dim(int s);  // an Affine for symbol s (affine_), or false
   struct Compiled {
     std::shared_ptr<const Program> program;
     std::unique_ptr<ExecutorPool> pool;
@@ -96,6 +97,15 @@ class Model {
   std::string producer_, metadata_;
   std::vector<ModelTensorInfo> inputs_, outputs_;
   std::vector<int> bare_;  // by expression id: the symbol it is bare (kSym, i), or -1
+  // A symbol that no input dim is bare, solved from an input dim a * symbol + b (torch.export's
+  // derived Dims: 2 * seq, seq + 1) where the dim's expression has no other symbol.
+  struct Affine {
+    int sym = -1;
+    size_t input = 0, dim = 0;
+    int32_t expr = -1;
+    int64_t a = 1, b = 0;
+  };
+  std::vector<Affine> affine_;
   KernelCache kernels_;
   std::shared_ptr<ArenaSource> arena_ = std::make_shared<ArenaSource>();
   mutable std::mutex mu_;

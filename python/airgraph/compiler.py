@@ -325,9 +325,15 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
 
 def _key_function(getters, values):
     """args -> a symbolic graph's binding key (each symbol's value, read from an int argument or an
-    input's dim, then each value input's number), as one generated lambda: no generator or loop on
-    the per-call path. Every index in its text is an int."""
-    parts = [f"args[{int(i)}]" if d < 0 else f"args[{int(i)}].shape[{int(d)}]" for i, d in getters]
+    input's dim, or solved from a dim a * symbol + b (floor division: a dim that is no such size
+    fails the program's input check), then each value input's number), as one generated lambda: no
+    generator or loop on the per-call path. Every number in its text is an int."""
+    parts = []
+    for i, d, *ab in getters:
+        p = f"args[{int(i)}]" if d < 0 else f"args[{int(i)}].shape[{int(d)}]"
+        if ab and tuple(ab) != (1, 0):
+            p = f"(({p} - ({int(ab[1])})) // ({int(ab[0])}))"
+        parts.append(p)
     parts += [f"args[{int(i)}].item()" for i in values]
     return eval("lambda args: (" + "".join(p + ", " for p in parts) + ")")  # noqa: S307 (ints only)
 
@@ -578,9 +584,11 @@ class ShapeSpec:
 
 def _symbol_rules(gm: torch.fx.GraphModule, names: dict | None = None):
     """How each symbol is read from the arguments: [(position, dim or -1 for a scalar, Symbol, hint)],
-    the first place it appears as a whole size; every placeholder's expected sizes
-    [(position, name, dim, expr)]; and Symbol -> the first tensor dim it sizes, for messages."""
-    rules, seen, expected, where = [], set(), [], {}
+    the first place it appears as a whole size, or else (torch.export's derived Dims: 2 * n, n + 1)
+    the first input dim that is a * symbol + b with no other symbol; every placeholder's expected
+    sizes [(position, name, dim, expr)]; Symbol -> the first tensor dim it sizes, for messages; and
+    Symbol -> (a, b) for the symbols read from a derived dim."""
+    rules, seen, expected, where, derived = [], set(), [], {}, []
     names = names or {}
     for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
         val = n.meta.get("val")
@@ -603,9 +611,41 @@ def _symbol_rules(gm: torch.fx.GraphModule, names: dict | None = None):
             expected.append((i, label, d, e))
             if e.is_Symbol and d >= 0 and e not in where:
                 where[e] = f"{label} dim {d}"
+            if not e.is_Symbol and d >= 0:
+                derived.append((i, label, d, e, s))
+    affine = {}
+    for i, label, d, e, s in derived:
+        free = e.free_symbols
+        sym = next(iter(free)) if len(free) == 1 else None
+        if sym is None or sym in seen:
+            continue
+        ab = _affine(e, sym)
+        if ab is None:
+            continue
+        seen.add(sym)
+        h = _hint(s)
+        rules.append((i, d, sym, None if h is None else (h - ab[1]) // ab[0]))
+        affine[sym] = ab
+        where[sym] = f"{label} dim {d} ({e})"
     for _, _, e, _ in rules:
         where.setdefault(e, "")
-    return rules, expected, where
+    return rules, expected, where, affine
+
+
+def _affine(e, sym) -> tuple[int, int] | None:
+    """(a, b) when e is a * sym + b with integers a != 0 and b, else None."""
+    import sympy
+
+    try:
+        p = sympy.Poly(e, sym)
+    except sympy.PolynomialError:
+        return None
+    if p.degree() != 1:
+        return None
+    a, b = p.coeff_monomial(sym), p.coeff_monomial(1)
+    if not (a.is_Integer and b.is_Integer) or a == 0:
+        return None
+    return int(a), int(b)
 
 
 def _hint(s: torch.SymInt) -> int | None:
@@ -638,9 +678,10 @@ class SymbolicEngineGraph:
     def __init__(self, gm, consts, config: CompilerConfig, report: CompileReport, spec: ShapeSpec | None = None):
         spec = spec or ShapeSpec()
         self.gm, self.consts, self.config, self.report = gm, consts, config, report
-        self.rules, self.expected, self.where = _symbol_rules(gm, spec.names)
+        self.rules, self.expected, self.where, affine = _symbol_rules(gm, spec.names)
         self.symbols = [sym for _, _, sym, _ in self.rules]
-        self.getters = [(i, d) for i, d, _, _ in self.rules]
+        # (position, dim) of each symbol's size, or (position, dim, a, b) for a * symbol + b
+        self.getters = [(i, d, *affine.get(sym, ())) for i, d, sym, _ in self.rules]
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.values = sorted(i for i in spec.values if i not in consts and i < len(phs)
                              and _is_tensor_meta(phs[i].meta.get("val")) and phs[i].meta["val"].dim() == 0)

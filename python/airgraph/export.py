@@ -87,8 +87,9 @@ def _drop_runtime_asserts(gm):
 
 
 def _dim_names(model, gm, user: list, num_args: int, kwarg_names: list, dynamic_shapes) -> dict:
-    """Symbol -> the name of the torch.export.Dim the user gave that size (a derived dim, 2 * seq,
-    keeps torch's symbol), read from `dynamic_shapes` beside the user inputs (args, then kwargs)."""
+    """Symbol -> the name of the torch.export.Dim the user gave that size (for a derived dim, 2 * seq,
+    the name of its root, seq, when the size is a * symbol + b of one symbol), read from
+    `dynamic_shapes` beside the user inputs (args, then kwargs)."""
     import inspect
 
     if not dynamic_shapes:
@@ -114,11 +115,14 @@ def _dim_names(model, gm, user: list, num_args: int, kwarg_names: list, dynamic_
             continue
         dims = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
         for d, dim in dims:
-            name = getattr(dim, "__name__", None)
+            root = getattr(dim, "root", None)  # (a derived Dim: its root's name, for its one symbol)
+            name = getattr(root if root is not None else dim, "__name__", None)
             if not isinstance(name, str) or not isinstance(d, int) or not -val.dim() <= d < val.dim():
                 continue
             size = val.shape[d]
             expr = size.node.expr if isinstance(size, torch.SymInt) else None
+            if expr is not None and root is not None and len(expr.free_symbols) == 1:
+                expr = next(iter(expr.free_symbols))
             if expr is not None and expr.is_Symbol and name.isidentifier():
                 names.setdefault(expr, name)
     if len(set(names.values())) != len(names):  # (two symbols under one name: keep torch's)
@@ -241,8 +245,9 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
                     "scalar": p in low.scalar_inputs}
                    for p in low.input_positions],
         "symbols": symbols,
-        # symbol k = user argument getters[k][0] (its dim getters[k][1], or the number itself when -1)
-        "getters": [[pos[i], d] for i, d in getters],
+        # symbol k = user argument getters[k][0] (its dim getters[k][1], or the number itself when -1);
+        # with [2] and [3], that dim is a * symbol + b (a torch.export derived Dim): (dim - b) // a
+        "getters": [[pos[i], *rest] for i, *rest in getters],
         "num_outputs": low.num_outputs,
         "outputs": _out_structure(ep.call_spec.out_spec),
     }
@@ -300,7 +305,10 @@ class LoadedModel:
                                {i["arg"]: getattr(torch, i["dtype"]) for i in ins if i["scalar"]},
                                meta["num_outputs"], {})
         self.symbols = meta["symbols"]
-        self._key = _key_function([tuple(g) for g in meta["getters"]], [])  # a size binding from the arguments
+        getters = [tuple(g) for g in meta["getters"]]
+        self._key = _key_function(getters, [])  # a size binding from the arguments
+        # symbols solved from a dim a * symbol + b (derived Dims): a dim that is no such size is refused
+        self._derived = [(k, g) for k, g in enumerate(getters) if len(g) == 4 and g[2:] != (1, 0)]
         self._rebuild = self._out_rebuilder(meta.get("outputs") or {})
         self.report = CompileReport()
         self._lock = threading.Lock()
@@ -329,6 +337,12 @@ class LoadedModel:
 
     def _program(self, args):
         key = self._key(args)
+        for k, (i, d, a, b) in self._derived:
+            if a * key[k] + b != args[i].shape[d]:
+                name = self.meta["inputs"][[x["arg"] for x in self.meta["inputs"]].index(i)]["name"] \
+                    if any(x["arg"] == i for x in self.meta["inputs"]) else f"input {i}"
+                raise EngineError(f"{self.path}: input {name!r} dim {d} is {args[i].shape[d]}, which is not "
+                                  f"{a}*{self.symbols[k]} + {b} for any size {self.symbols[k]}")
         eg = self._programs.get(key)
         if eg is None:
             with self._lock:

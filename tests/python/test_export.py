@@ -227,6 +227,53 @@ def test_cli_runs_an_exported_zoo_model_like_eager(tmp_path):
     assert r.returncode == 1 and "input" in r.stderr and r.stderr.count("\n") <= 5, (r.returncode, r.stderr)
 
 
+class Halves(torch.nn.Module):
+    def forward(self, x):  # x: [2 * n]
+        return x.reshape(2, -1).sum(0) * 3
+
+
+class Shifted(torch.nn.Module):
+    def forward(self, x, y):  # x: [n + 1], y: [n]
+        return x[1:] * 2 + y
+
+
+def test_derived_dims_bind_their_symbol_in_python_and_in_the_cli(tmp_path):
+    """torch.export's derived Dims (2 * n, n + 1): a size no input dim gives bare is solved from the
+    dim that is a * n + b; a dim that is no such size is a clear error, in Python and in C++."""
+    import numpy as np
+
+    n = torch.export.Dim("n", min=2, max=64)
+    path = tmp_path / "halves.agraph"
+    airgraph.export(Halves(), (torch.randn(8),), path, dynamic_shapes={"x": {0: 2 * n}})
+    lm = airgraph.load(path)
+    assert lm.symbols == ["n"], lm.symbols
+    for size in (4, 12, 128):
+        x = torch.randn(size)
+        torch.testing.assert_close(lm(x), Halves()(x))
+    with pytest.raises(airgraph.EngineError, match=r"input 'x' dim 0 is 7, which is not 2\*n \+ 0 for any size n"):
+        lm(torch.randn(7))
+    x = torch.randn(20)
+    np.save(tmp_path / "x.npy", x.numpy())
+    r = subprocess.run([_airgraph_run(), str(path), "--input", str(tmp_path / "x.npy"), "--output-dir",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "out" / "out0.npy")), Halves()(x))
+    np.save(tmp_path / "odd.npy", np.zeros(9, dtype=np.float32))
+    r = subprocess.run([_airgraph_run(), str(path), "--input", str(tmp_path / "odd.npy")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 1 and "is 9, which is not 2*n for any size n" in r.stderr, (r.returncode, r.stderr)
+
+    path = tmp_path / "shifted.agraph"
+    airgraph.export(Shifted(), (torch.randn(5), torch.randn(4)), path,
+                    dynamic_shapes={"x": {0: n + 1}, "y": {0: n}})
+    lm = airgraph.load(path)
+    for size in (2, 9, 64):
+        x, y = torch.randn(size + 1), torch.randn(size)
+        torch.testing.assert_close(lm(x, y), Shifted()(x, y))
+    with pytest.raises(airgraph.EngineError):
+        lm(torch.randn(7), torch.randn(3))
+
+
 def test_cli_links_neither_torch_nor_python():
     r = subprocess.run(["ldd", _airgraph_run()], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
