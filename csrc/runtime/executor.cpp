@@ -56,14 +56,14 @@ std::unique_ptr<Kernel> make_kernel_of(const Node& n) {
 // packed weights for convolutions), made ahead on num_threads() threads at once: most of a
 // compile's time when the passes are skipped (a compile cache hit; ResNet-50: 57 ms of JIT and
 // packing). Each thread makes primitives for the caller's thread count (oneDNN plans a
-// primitive's work split for the count it is made with) and packs with one thread. Null where
+// primitive's work split for the count it is made with) and packs with one thread. Empty where
 // the node is left to the caller's loop (other ops, symbolic shapes); errors stay with their node.
 struct Prebuilt {
   std::vector<std::unique_ptr<Kernel>> kernels;
   std::vector<std::exception_ptr> errors;
 };
 
-Prebuilt prebuild_heavy_kernels(const Graph& g) {
+Prebuilt prebuild_heavy_kernels(const Graph& g, KernelCache* cache, std::vector<KernelCache::Entry>& cached) {
   static const std::set<std::string> heavy{"conv", "conv_transpose", "matmul", "linear"};
   const auto& nodes = g.nodes();
   Prebuilt r;
@@ -80,18 +80,22 @@ Prebuilt prebuild_heavy_kernels(const Graph& g) {
   if (builders < 2) return r;
   r.kernels.resize(nodes.size());
   r.errors.resize(nodes.size());
+  if (cache) cached.resize(nodes.size());
   std::atomic<size_t> next{0};
   const bool background = background_allowed();
-  dnnl_util::PrepackCache* cache = dnnl_util::active_prepack_cache();
+  dnnl_util::PrepackCache* prepack = dnnl_util::active_prepack_cache();
   auto work = [&] {
     set_num_threads(threads);
     BackgroundScope bg(background);
-    dnnl_util::PrepackScope pc(cache);
+    dnnl_util::PrepackScope pc(prepack);
     dnnl_util::PackThreadsScope pack(1);
     for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
       const size_t i = todo[k];
       try {
-        r.kernels[i] = make_kernel_of(*nodes[i]);
+        if (cache)
+          cached[i] = cache->get(*nodes[i]);  // (a KernelCache makes a kernel outside its lock)
+        else
+          r.kernels[i] = make_kernel_of(*nodes[i]);
       } catch (...) {
         r.errors[i] = std::current_exception();
       }
@@ -197,7 +201,8 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     prog->operands.push_back(p);
     prog->arena_offsets.push_back(arena_off);
   };
-  Prebuilt pre = kernels ? Prebuilt{} : prebuild_heavy_kernels(g);
+  std::vector<KernelCache::Entry> cached;  // (made ahead through `kernels`)
+  Prebuilt pre = prebuild_heavy_kernels(g, kernels, cached);
   for (auto& n : g.nodes()) {
     AG_CHECK(n->op->make_kernel != nullptr, "op ", n->op->name, " has no kernel: ", n->context());
     for (Value* v : n->inputs) AG_CHECK(v->type.is_static(), "symbolic shape reached the compiler: ", n->context());
@@ -208,12 +213,12 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     for (Value* v : n->outputs) operand(v);
     KernelCache::Entry made;
     const size_t at = prog->instrs.size();
+    if (at < pre.errors.size() && pre.errors[at]) std::rethrow_exception(pre.errors[at]);
     if (kernels) {
-      made = kernels->get(*n);
+      made = at < cached.size() && cached[at].kernel ? std::move(cached[at]) : kernels->get(*n);
     } else {
-      std::unique_ptr<Kernel> k;
-      if (at < pre.kernels.size() && pre.errors[at]) std::rethrow_exception(pre.errors[at]);
-      k = at < pre.kernels.size() && pre.kernels[at] ? std::move(pre.kernels[at]) : make_kernel_of(*n);
+      std::unique_ptr<Kernel> k =
+          at < pre.kernels.size() && pre.kernels[at] ? std::move(pre.kernels[at]) : make_kernel_of(*n);
       if (!fault_node.empty() && n->name == fault_node && !n->op->has(kAlias))
         k = std::make_unique<FaultKernel>(std::move(k), n->outputs[0]->type.dtype, n->outputs[0]->type.numel());
       made = {std::move(k), std::make_shared<const std::string>(n->context())};
