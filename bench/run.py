@@ -816,7 +816,9 @@ def _first_call_lines(first: dict) -> list[str]:
         "engine run took more than a later call: the part that is not the model's own run time). Warm cache: the "
         "same in a new process with the cache folder the cold one filled (a hit on the Dynamo graph's entry skips "
         "AOTAutograd, the lowering and the passes; Dynamo's tracing and the kernels run again); in brackets "
-        "airgraph's own part, its overhead and the cache hits (Dynamo-level hits). Exported: `airgraph.export` in a setup "
+        "airgraph's own part, its overhead and the cache hits (Dynamo-level hits); then the second call (it may pack "
+        "a share of the GEMM weights left for after the first call) and a later call (median, once they are packed). "
+        "Exported: `airgraph.export` in a setup "
         "process, then in a fresh process `airgraph.load(path)` and the first call (no Dynamo; inputs read with "
         "torch.load, no model built), and the median of later calls "
         f"(up to {first['later_calls'][0]} calls or {first['later_calls'][1]:g} s). aot: "
@@ -829,8 +831,8 @@ def _first_call_lines(first: dict) -> list[str]:
         "machine (its figures are unreliable; on these shared VMs a first call varies up to several-fold).",
         "",
         "| model | eager first call ms | cold ms (own ms, overhead ms) | warm cache ms (own ms, overhead ms, hits) "
-        "| exported load+first ms | exported later call ms | aot load+first ms |",
-        "|---|---|---|---|---|---|---|",
+        "| warm 2nd / later call ms | exported load+first ms | exported later call ms | aot load+first ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in first["rows"]:
         s, c, w, x, t = (r.get(k, {}) for k in ("setup", "cold", "warm", "exported", "aot"))
@@ -840,11 +842,12 @@ def _first_call_lines(first: dict) -> list[str]:
         warm = _cell_error(w["error"]) if "error" in w else \
             (f"{w['total_ms']:.0f} ({w['own_ms']:.1f}, {w.get('overhead_ms', float('nan')):.1f}, "
              f"{w['cache']['hits']} hit{'s' * (w['cache']['hits'] != 1)} ({w['cache'].get('dynamo_hits', 0)} Dynamo))")
+        second = "" if "error" in w or "second_ms" not in w else f"{w['second_ms']:.1f} / {w['later_ms']:.1f}"
         exp = _cell_error(x["error"]) if "error" in x else f"{x['total_ms']:.1f}"
         later = "" if "error" in x else _ms(x["later_ms"])
         aot = _cell_error(t["error"]) if "error" in t else f"{t['total_ms']:.1f}"
         name = r["model"] + (f" (LOADED: {', '.join(r['loaded'])})" if r.get("loaded") else "")
-        lines.append(f"| {name} | {eager} | {cold} | {warm} | {exp} | {later} | {aot} |")
+        lines.append(f"| {name} | {eager} | {cold} | {warm} | {second} | {exp} | {later} | {aot} |")
     ov = first.get("overhead") or {}
     if "error" in ov:
         lines += ["", f"Per-call overhead (x * 2 + 1 on 16 floats): {_cell_error(ov['error'], 200)}"]
