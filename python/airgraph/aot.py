@@ -6,6 +6,17 @@
     fn = torch.compiler.load_compiled_function(open("model.aot", "rb"))
     out = fn(model, x)   # (for a module: the module is passed, its parameters are bound at the first call)
 
+and the module variant (one static graph per ModelInput, Dynamo's guards pick one per call):
+
+    torch._dynamo.config.enable_aot_compile = True
+    torch._dynamo.config.automatic_dynamic_shapes = False   # (else a second size is traced symbolically)
+    c = torch.compile(model, backend="airgraph", fullgraph=True)
+    c._aot_compile([ModelInput((x1,), {}, []), ModelInput((x2,), {}, [])])
+    c._save_aot_compiled_module("model.aotm")
+    # in a new process
+    c = torch.compile(model, backend="airgraph", fullgraph=True)
+    c._load_aot_compiled_module(open("model.aotm", "rb").read())
+
 torch asks the backend's compiled callable for torch._dynamo.aot_compile_types.SerializableCallable:
 airgraph's compiled callable is one. Its artifacts are the lowered engine graph (an airgraph file,
 csrc/ir/serialize.h) with the parameters by name only, and how to feed it; the loaded callable
@@ -79,10 +90,13 @@ class AirgraphCompiled(SerializableCallable):
             c = s["cached"]
             return _artifacts(c["graph"], c["feeding"], c["consts"], c["writes"], s["config"])
         reason = s.get("reason") or ("the graph was not compiled for inference" if "gm" not in s else None)
-        if reason is None and (s["report"].symbolic or s["report"].engine_graphs != 1
-                               or any(not n.native for n in s["report"].nodes)):
-            reason = ("it does not run whole on the engine with static sizes (symbolic sizes or PyTorch fallback "
-                      "nodes; use airgraph.export for symbolic sizes)")
+        if reason is None and s["report"].symbolic:
+            reason = ("it has symbolic sizes (dynamic=True, or a second input size: Dynamo traced the sizes "
+                      "symbolically, which this path does not save). Compile one static graph per size with "
+                      "torch._dynamo.config.automatic_dynamic_shapes = False (the module variant's ModelInputs "
+                      "then each get their own), or use airgraph.export, which takes symbolic sizes")
+        elif reason is None and (s["report"].engine_graphs != 1 or any(not n.native for n in s["report"].nodes)):
+            reason = "it does not run whole on the engine (PyTorch fallback nodes)"
         if reason:
             raise RuntimeError(f"airgraph cannot save this compiled graph for torch's aot_compile: {reason}")
         gm, consts, config = s["gm"], s["consts"], s["config"]

@@ -102,14 +102,65 @@ def test_graphs_the_engine_cannot_run_whole_are_refused_with_the_reason(tmp_path
 
     with torch.no_grad():
         c = torch.compile(spectrum, backend="airgraph", fullgraph=True).aot_compile(((torch.randn(4, 8),), {}))
-        with pytest.raises(RuntimeError, match="does not run whole on the engine"):
+        with pytest.raises(RuntimeError, match=r"does not run whole on the engine \(PyTorch fallback nodes\)"):
             c.save_compiled_function(str(tmp_path / "x.aot"))
         m = _mlp()
         d = torch.compile(mlp_fn, backend="airgraph", fullgraph=True, dynamic=True).aot_compile(
             ((m, torch.randn(5, 8)), {}))
-        with pytest.raises(RuntimeError, match="symbolic sizes"):
+        with pytest.raises(RuntimeError, match="symbolic sizes .*automatic_dynamic_shapes = False"):
             d.save_compiled_function(str(tmp_path / "y.aot"))
     m = _mlp().train()
     t = torch.compile(mlp_fn, backend="airgraph", fullgraph=True).aot_compile(((m, torch.randn(3, 8)), {}))
     with pytest.raises(RuntimeError, match="training graph"):
         t.save_compiled_function(str(tmp_path / "z.aot"))
+
+
+LOAD_MODULE = """
+import torch
+import torch._dynamo.config as dc
+from torch._dynamo.utils import counters
+dc.enable_aot_compile = True
+io = torch.load({io!r}, weights_only=False)
+m = io["model"]
+c = torch.compile(m, backend="airgraph", fullgraph=True)
+with open({path!r}, "rb") as f:
+    c._load_aot_compiled_module(f.read())
+with torch.no_grad():
+    for x, want in zip(io["xs"], io["wants"]):
+        torch.testing.assert_close(c(x), want, rtol=1e-4, atol=1e-5)
+assert not counters["frames"], dict(counters["frames"])
+assert not counters["aot_autograd"], dict(counters["aot_autograd"])
+print("loaded and ran without tracing")
+"""
+
+
+def test_module_variant_with_one_static_graph_per_input_size(tmp_path, monkeypatch):
+    """torch's module variant (_aot_compile with several ModelInputs, _save_aot_compiled_module /
+    _load_aot_compiled_module): with automatic dynamic shapes off, each input size is its own static
+    graph, all saved; a new process runs both sizes with no tracing. With it on, the second size is
+    symbolic and the save is refused with that advice."""
+    from torch._dynamo.aot_compile import ModelInput
+
+    monkeypatch.setattr(torch._dynamo.config, "enable_aot_compile", True)
+    m, xs = _mlp(), [torch.randn(2, 8), torch.randn(5, 8)]
+    inputs = [ModelInput((x,), {}, []) for x in xs]
+    with torch.no_grad():
+        torch._dynamo.reset()
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=True):
+            c = torch.compile(m, backend="airgraph", fullgraph=True)
+            c._aot_compile(inputs)
+            with pytest.raises(RuntimeError, match="automatic_dynamic_shapes = False"):
+                c._save_aot_compiled_module(str(tmp_path / "dyn.aotm"))
+        torch._dynamo.reset()
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+            c = torch.compile(m, backend="airgraph", fullgraph=True)
+            c._aot_compile(inputs)
+            wants = [m(x) for x in xs]
+            for x, want in zip(xs, wants):
+                torch.testing.assert_close(c(x), want, rtol=1e-5, atol=1e-6)
+            c._save_aot_compiled_module(str(tmp_path / "mlp.aotm"))
+    torch.save({"model": m, "xs": xs, "wants": wants}, tmp_path / "io.pt")
+    code = LOAD_MODULE.format(io=str(tmp_path / "io.pt"), path=str(tmp_path / "mlp.aotm"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "without tracing" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
