@@ -4,10 +4,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <thread>

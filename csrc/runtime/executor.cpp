@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "ir/error.h"
@@ -102,7 +103,10 @@ Prebuilt prebuild_heavy_kernels(const Graph& g, KernelCache* cache, std::vector<
     }
   };
   std::vector<std::thread> helpers;
-  for (int t = 1; t < builders; ++t) helpers.emplace_back(work);
+  try {
+    for (int t = 1; t < builders; ++t) helpers.emplace_back(work);
+  } catch (const std::system_error&) {  // (no thread to be had: fewer helpers, or the caller alone)
+  }
   {
     ThreadCountScope keep(threads);  // (the caller's count again afterwards)
     work();
