@@ -187,17 +187,31 @@ TEST(Runner, SymbolsAreBoundFromBareInputDimsAndOtherDimsAreChecked) {
   EXPECT_HAS(error_of([&] { run(3, 5, 3); }), "input 'b' dim 0: expected 2*n = 6 at n=3, got 5");
   EXPECT_HAS(error_of([&] { run(3, 6, 4); }), "input 'c' dim 0 is n = 4, but input 'a' dim 0 gave n = 3");
 
-  // a symbol that no input dim gives alone cannot be bound: refused at load
-  Graph h;
-  h.add_symbol("n");
-  h.add_expr(SizeExpr{{kSym, 0}, "n"});
-  int hn2 = h.add_expr(SizeExpr{{kSym, 0, kConst, 2, kMul}, "2*n"});
-  Value* hb = h.add_input(TensorType(ag::DType::f32, {6}), "b");
-  h.set_dim_exprs(hb, {hn2});
-  h.set_outputs({h.add_node("relu", {hb}, Attrs{}, "r")->out()});
-  std::string hbytes = save_graph(h, SaveOptions{});
-  EXPECT_HAS(error_of([&] { airgraph::Model::load_bytes(hbytes.data(), hbytes.size()); }),
-             "symbol 'n' is not the size of any input dim");
+  // a symbol that no input dim gives alone is solved from a dim a * n + b (torch.export's derived
+  // Dims); a dim that is no such size is refused; one that is not affine in n cannot bind it
+  auto only = [&](SizeExpr e, int64_t example) {
+    Graph h;
+    h.add_symbol("n");
+    h.add_expr(SizeExpr{{kSym, 0}, "n"});
+    int he = h.add_expr(std::move(e));
+    Value* hb = h.add_input(TensorType(ag::DType::f32, {example}), "b");
+    h.set_dim_exprs(hb, {he});
+    Node* hr = h.add_node("relu", {hb}, Attrs{}, "r");
+    h.set_dim_exprs(hr->out(), {he});
+    h.set_outputs({hr->out()});
+    return save_graph(h, SaveOptions{});
+  };
+  std::string twice = only(SizeExpr{{kSym, 0, kConst, 2, kMul}, "2*n"}, 6);
+  airgraph::Model t = airgraph::Model::load_bytes(twice.data(), twice.size());
+  EXPECT_EQ(t.run({{buf.data(), DType::float32, {10}}})[0].shape(), std::vector<int64_t>{10});
+  EXPECT_HAS(error_of([&] { t.run({{buf.data(), DType::float32, {7}}}); }),
+             "input 'b' dim 0 is 7, which is not 2*n for any size n");
+  std::string shifted = only(SizeExpr{{kSym, 0, kConst, 1, kAdd}, "n + 1"}, 4);
+  airgraph::Model u = airgraph::Model::load_bytes(shifted.data(), shifted.size());
+  EXPECT_EQ(u.run({{buf.data(), DType::float32, {9}}})[0].shape(), std::vector<int64_t>{9});
+  std::string halved = only(SizeExpr{{kSym, 0, kConst, 2, kFloorDiv}, "n//2"}, 3);
+  EXPECT_HAS(error_of([&] { airgraph::Model::load_bytes(halved.data(), halved.size()); }),
+             "symbol 'n' is not the size of any input dim, nor a * n + b of one");
 }
 
 TEST(Runner, DLPackInputsAndOutputs) {

@@ -134,17 +134,18 @@ print("loaded and ran without tracing")
 """
 
 
-def test_module_variant_with_one_static_graph_per_input_size(tmp_path, monkeypatch):
+def test_module_variant_with_one_static_graph_per_input_size(tmp_path):
     """torch's module variant (_aot_compile with several ModelInputs, _save_aot_compiled_module /
     _load_aot_compiled_module): with automatic dynamic shapes off, each input size is its own static
     graph, all saved; a new process runs both sizes with no tracing. With it on, the second size is
     symbolic and the save is refused with that advice."""
     from torch._dynamo.aot_compile import ModelInput
 
-    monkeypatch.setattr(torch._dynamo.config, "enable_aot_compile", True)
     m, xs = _mlp(), [torch.randn(2, 8), torch.randn(5, 8)]
     inputs = [ModelInput((x,), {}, []) for x in xs]
-    with torch.no_grad():
+    # (torch's config.patch, not monkeypatch: undoing a setattr on torch's config module hides the
+    # option from every later torch.compile in this process)
+    with torch.no_grad(), torch._dynamo.config.patch(enable_aot_compile=True):
         torch._dynamo.reset()
         with torch._dynamo.config.patch(automatic_dynamic_shapes=True):
             c = torch.compile(m, backend="airgraph", fullgraph=True)
