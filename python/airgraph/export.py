@@ -309,6 +309,7 @@ class LoadedModel:
         self._key = _key_function(getters, [])  # a size binding from the arguments
         # symbols solved from a dim a * symbol + b (derived Dims): a dim that is no such size is refused
         self._derived = [(k, g) for k, g in enumerate(getters) if len(g) == 4 and g[2:] != (1, 0)]
+        self._arg_names = {x["arg"]: x["name"] for x in ins}  # (messages)
         self._rebuild = self._out_rebuilder(meta.get("outputs") or {})
         self.report = CompileReport()
         self._lock = threading.Lock()
@@ -339,10 +340,10 @@ class LoadedModel:
         key = self._key(args)
         for k, (i, d, a, b) in self._derived:
             if a * key[k] + b != args[i].shape[d]:
-                name = self.meta["inputs"][[x["arg"] for x in self.meta["inputs"]].index(i)]["name"] \
-                    if any(x["arg"] == i for x in self.meta["inputs"]) else f"input {i}"
-                raise EngineError(f"{self.path}: input {name!r} dim {d} is {args[i].shape[d]}, which is not "
-                                  f"{a}*{self.symbols[k]} + {b} for any size {self.symbols[k]}")
+                sym = self.symbols[k]
+                size = (f"{a}*{sym}" if a != 1 else sym) + (f" + {b}" if b > 0 else f" - {-b}" if b < 0 else "")
+                raise EngineError(f"{self.path}: input {self._arg_names.get(i, i)!r} dim {d} is {args[i].shape[d]}, "
+                                  f"which is not {size} for any size {sym}")
         eg = self._programs.get(key)
         if eg is None:
             with self._lock:
