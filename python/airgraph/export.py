@@ -34,8 +34,8 @@ import warnings
 import torch
 
 from ._core import C, EngineError
-from .compiler import (CompileReport, EngineGraph, Lowered, ShapeSpec, SymbolicEngineGraph, _key_function,
-                       graph_symbols, graph_without_fx, hint_sizes, lower_graph, node_support, source_line,
+from .compiler import (CompileReport, EngineGraph, InputMismatch, Lowered, ShapeSpec, SymbolicEngineGraph,
+                       _key_function, graph_symbols, graph_without_fx, hint_sizes, lower_graph, node_support, source_line,
                        target_name)
 from .config import CompilerConfig
 from .decompositions import decomposition_table
@@ -130,6 +130,14 @@ def _dim_names(model, gm, user: list, num_args: int, kwarg_names: list, dynamic_
     return names
 
 
+def _size_text(d, names: dict) -> str:
+    """A symbolic size as text, with the user's Dim names for torch's symbols (n + 1, not s17 + 1)."""
+    import sympy
+
+    expr = d.node.expr if isinstance(d, torch.SymInt) else d
+    return str(expr.xreplace({s: sympy.Symbol(n) for s, n in names.items()})) if names else str(expr)
+
+
 def _range_guards(ep, seg, low) -> list[str]:
     """Adds the exported ranges of the symbols (torch.export.Dim's min and max, as torch refined
     them) to the graph as guards, so that the loaded model (and airgraph-run) refuses sizes
@@ -213,7 +221,7 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
         raise Unsupported(f"{len(bad)} node(s) cannot run on the engine, and an exported graph has no PyTorch "
                           "fallback:\n" + "\n".join(lines))
     report = CompileReport()
-    symbols, getters = [], []
+    symbols, getters, names = [], [], {}
     if graph_symbols(gm):
         names = _dim_names(model, gm, user, len(example_inputs), list(example_kwargs), dynamic_shapes)
         seg = SymbolicEngineGraph(gm, consts, CompilerConfig(lower_once=True, cache_dir=""), report,
@@ -241,7 +249,7 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
         "args": len(example_inputs), "kwargs": list(example_kwargs),  # user inputs: args, then kwargs by name
         # engine input j reads user argument inputs[j]["arg"]
         "inputs": [{"arg": pos[p], "name": phs[p].name, "dtype": str(phs[p].meta["val"].dtype).replace("torch.", ""),
-                    "shape": [d if isinstance(d, int) else str(d) for d in phs[p].meta["val"].shape],
+                    "shape": [d if isinstance(d, int) else _size_text(d, names) for d in phs[p].meta["val"].shape],
                     "scalar": p in low.scalar_inputs}
                    for p in low.input_positions],
         "symbols": symbols,
@@ -337,7 +345,11 @@ class LoadedModel:
                          lowered=low, kernel_cache=self._kernels)
 
     def _program(self, args):
-        key = self._key(args)
+        try:
+            key = self._key(args)
+        except (IndexError, AttributeError, TypeError) as err:  # (an input of another rank or kind)
+            raise self._explain(args, EngineError(f"{self.path}: the inputs do not match the exported graph "
+                                                  f"({err})")) from None
         for k, (i, d, a, b) in self._derived:
             if a * key[k] + b != args[i].shape[d]:
                 sym = self.symbols[k]
@@ -362,7 +374,35 @@ class LoadedModel:
     def __call__(self, *args, **kwargs):
         if kwargs or len(args) != self.num_inputs:
             args = self._flatten(args, kwargs)
-        return self._rebuild((self._static or self._program(args)).run(args))
+        try:
+            return self._rebuild((self._static or self._program(args)).run(args))
+        except InputMismatch as e:
+            raise self._explain(args, e) from None
+
+    def _explain(self, args, e: EngineError) -> EngineError:
+        """The program refused an input: say which input and dim, and the size the file's graph needs
+        there, in the user's names (`x dim 0 is 7, but the graph needs n + 1 = 4 at n=3`)."""
+        import sympy
+
+        try:
+            tensors = [(x, args[x["arg"]]) for x in self.meta["inputs"] if not x["scalar"]]
+            for x, a in tensors:
+                if not isinstance(a, torch.Tensor) or a.dim() != len(x["shape"]):
+                    got = f"shape {list(a.shape)}" if isinstance(a, torch.Tensor) else f"a {type(a).__name__}"
+                    return EngineError(f"{self.path}: input {x['name']!r} is {got}, but the graph needs a tensor of "
+                                       f"rank {len(x['shape'])} ({x['shape']})")
+            key = self._key(args) if self.symbols else ()
+            env = {sympy.Symbol(s): v for s, v in zip(self.symbols, key)}
+            at = " at " + ", ".join(f"{s}={v}" for s, v in zip(self.symbols, key)) if self.symbols else ""
+            for x, a in tensors:
+                for d, want in enumerate(x["shape"]):
+                    w = want if isinstance(want, int) else int(sympy.sympify(want).xreplace(env))
+                    if w != a.shape[d]:
+                        return EngineError(f"{self.path}: input {x['name']!r} dim {d} is {a.shape[d]}, but the graph "
+                                           f"needs {want}" + (f" = {w}{at}" if not isinstance(want, int) else ""))
+        except Exception:  # (an older file's sizes in torch's names: the program's own message)
+            return e
+        return e
 
     forward = __call__
 

@@ -270,9 +270,12 @@ def test_derived_dims_bind_their_symbol_in_python_and_in_the_cli(tmp_path):
     for size in (2, 9, 64):
         x, y = torch.randn(size + 1), torch.randn(size)
         torch.testing.assert_close(lm(x, y), Shifted()(x, y))
-    with pytest.raises(airgraph.EngineError, match=r"input 0 is torch.float32\[7\] but was compiled for "
-                                                   r"torch.float32\[4\]"):  # (n = 3 from y)
-        lm(torch.randn(7), torch.randn(3))
+    with pytest.raises(airgraph.EngineError, match=r"input 'x' dim 0 is 7, but the graph needs n \+ 1 = 4 at n=3"):
+        lm(torch.randn(7), torch.randn(3))  # (n = 3 from y)
+    with pytest.raises(airgraph.EngineError, match=r"input 'y' is shape \[3, 1\], but the graph needs a tensor of rank 1"):
+        lm(torch.randn(4), torch.randn(3, 1))
+    with pytest.raises(airgraph.EngineError, match=r"input 'y' is shape \[\], but the graph needs a tensor of rank 1"):
+        lm(torch.randn(4), torch.tensor(1.0))
 
 
 def test_cli_links_neither_torch_nor_python():
