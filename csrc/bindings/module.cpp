@@ -622,13 +622,8 @@ NB_MODULE(_C, m) {
            })
       .def("background_work",  // (kernels that left work for the background thread, of which still to do)
            [](PyExecutable& e) {
-             int deferred = 0, pending = 0;
-             for (const auto& k : e.prog->kernels) {
-               const int w = k->background_work();
-               deferred += w != 0;
-               pending += w == 1;
-             }
-             return std::make_pair(deferred, pending);
+             const DeferredWork* d = e.prog->deferred.get();
+             return d ? std::make_pair(d->size(), d->left()) : std::make_pair(size_t{0}, size_t{0});
            })
       .def("instructions",
            [](PyExecutable& e) {

@@ -32,6 +32,9 @@ enum OpProps : uint32_t {
   // planner may put output 0 over input 0's bytes (a dying intermediate, or a graph input the
   // graph writes: a KV cache updated in place).
   kUpdatesInput0 = 1u << 5,
+  // Making the kernel is costly (oneDNN JIT code, packed weights): compile_program makes these
+  // kernels on several threads at once.
+  kCostlyKernel = 1u << 6,
 };
 
 // Per-executor mutable state of a kernel (oneDNN argument maps whose data

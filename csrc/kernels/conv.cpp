@@ -423,6 +423,6 @@ std::unique_ptr<Kernel> make_conv(const Node& n) { return std::make_unique<ConvK
 }  // namespace
 
 AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = -1, .infer = infer_conv,
-                      .make_kernel = make_conv, .props = kNoProps});
+                      .make_kernel = make_conv, .props = kCostlyKernel});
 
 }  // namespace ag

@@ -339,6 +339,6 @@ std::unique_ptr<Kernel> make_deconv(const Node& n) { return std::make_unique<Dec
 }  // namespace
 
 AG_REGISTER_OP(conv_transpose, {.name = "conv_transpose", .min_inputs = 2, .max_inputs = 3, .infer = infer_deconv,
-                                .make_kernel = make_deconv, .props = kNoProps});
+                                .make_kernel = make_deconv, .props = kCostlyKernel});
 
 }  // namespace ag

@@ -594,8 +594,8 @@ std::unique_ptr<Kernel> make_linear(const Node& n) {
 }  // namespace
 
 AG_REGISTER_OP(matmul, {.name = "matmul", .min_inputs = 2, .max_inputs = -1, .infer = infer_matmul,
-                        .make_kernel = make_matmul, .props = kNoProps});
+                        .make_kernel = make_matmul, .props = kCostlyKernel});
 AG_REGISTER_OP(linear, {.name = "linear", .min_inputs = 2, .max_inputs = -1, .infer = infer_linear,
-                        .make_kernel = make_linear, .props = kNoProps});
+                        .make_kernel = make_linear, .props = kCostlyKernel});
 
 }  // namespace ag

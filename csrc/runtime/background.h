@@ -42,6 +42,7 @@ class DeferredWork {
   // program and its kernels alive while it waits); a later one whose caller left the background
   // thread no idle time since the previous run ended does a share of the work here.
   void after_run(const std::shared_ptr<const void>& owner, double run_seconds);
+  size_t size() const { return todo_.size(); }  // kernels that left work
   bool pending() const;  // a kernel not claimed yet
   size_t left() const;   // kernels whose work is not done
 

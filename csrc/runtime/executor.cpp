@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <set>
 #include <system_error>
 #include <thread>
 
@@ -53,8 +52,8 @@ std::unique_ptr<Kernel> make_kernel_of(const Node& n) {
   }
 }
 
-// The kernels of the nodes that make oneDNN primitives (GEMMs and convolutions: JIT code, and
-// packed weights for convolutions), made ahead on num_threads() threads at once: most of a
+// The kernels of the nodes whose ops are kCostlyKernel (GEMMs and convolutions: oneDNN JIT code,
+// and packed weights for convolutions), made ahead on num_threads() threads at once: most of a
 // compile's time when the passes are skipped (a compile cache hit; ResNet-50: 57 ms of JIT and
 // packing). Each thread makes primitives for the caller's thread count (oneDNN plans a
 // primitive's work split for the count it is made with) and packs with one thread. Empty where
@@ -65,13 +64,12 @@ struct Prebuilt {
 };
 
 Prebuilt prebuild_heavy_kernels(const Graph& g, KernelCache* cache, std::vector<KernelCache::Entry>& cached) {
-  static const std::set<std::string> heavy{"conv", "conv_transpose", "matmul", "linear"};
   const auto& nodes = g.nodes();
   Prebuilt r;
   std::vector<size_t> todo;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = *nodes[i];
-    bool ok = heavy.count(n.op->name) && n.op->make_kernel != nullptr;
+    bool ok = n.op->has(kCostlyKernel) && n.op->make_kernel != nullptr;
     for (const Value* v : n.inputs) ok = ok && v->type.is_static();
     for (const Value* v : n.outputs) ok = ok && v->type.is_static();
     if (ok) todo.push_back(i);
