@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "bindings/fault.h"
 #include "bindings/tensor_ptr.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
@@ -25,9 +26,9 @@
 #include "kernels/attention.h"
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
-#include "runtime/background.h"
+#include "base/background.h"
 #include "runtime/executor.h"
-#include "runtime/parallel.h"
+#include "base/parallel.h"
 
 namespace nb = nanobind;
 using namespace ag;
@@ -494,9 +495,13 @@ NB_MODULE(_C, m) {
           "compile",
           [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache,
              std::shared_ptr<ArenaSource> arena, KernelCache* kernels, bool background) {
-            dnnl_util::PrepackScope scope(cache);  // programs sharing a cache share packed weights
-            BackgroundScope later(background);     // weights packed after the first run (runtime/background.h)
-            return new PyExecutable(compile_program(*g.g, inplace, fault_node, kernels), std::move(arena));
+            CompileOptions o;
+            o.allow_inplace = inplace;
+            o.build.prepack = cache;         // programs sharing a cache share packed weights
+            o.build.background = background; // weights packed after the first run (base/background.h)
+            o.kernels = kernels;
+            if (!fault_node.empty()) o.wrap = plant_fault(fault_node);
+            return new PyExecutable(compile_program(*g.g, o), std::move(arena));
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
           nb::arg("arena").none() = nb::none(), nb::arg("kernels").none() = nb::none(), nb::arg("background") = false,

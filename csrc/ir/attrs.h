@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
-#include "ir/error.h"
+#include "base/error.h"
 
 namespace ag {
 

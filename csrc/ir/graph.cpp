@@ -5,21 +5,18 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "ir/error.h"
+#include "base/error.h"
+#include "base/memory.h"
 #include "ir/op_registry.h"
 
 namespace ag {
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   auto s = std::make_shared<Storage>();
-  size_t padded = ((nbytes + 63) / 64) * 64;
-  if (padded == 0) padded = 64;
-  void* p = std::aligned_alloc(64, padded);
-  AG_CHECK(p != nullptr, "out of memory allocating ", nbytes, " bytes");
-  std::memset(p, 0, padded);
-  s->data = p;
+  s->owner = alloc_aligned(nbytes);
+  s->data = s->owner.get();
+  std::memset(s->data, 0, (nbytes + 63) / 64 * 64);
   s->nbytes = nbytes;
-  s->owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   return s;
 }
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "ir/error.h"
+#include "base/error.h"
 #include "ir/graph.h"
 
 namespace ag {

@@ -1,8 +1,9 @@
 // The op registry: an op's name, arity, shape/dtype inference, properties and
 // kernel factory are registered together, in the kernel file that implements it:
 //
-//   AG_REGISTER_OP(relu, {.name = "relu", .min_inputs = 1, .max_inputs = 1,
-//                         .infer = infer_same, .make_kernel = make_relu, .props = kElementwise});
+//   AG_REGISTER_OP(softmax, {.name = "softmax", .min_inputs = 1, .max_inputs = 1,
+//                            .infer = infer_softmax, .make_kernel = make_softmax});
+// (The elementwise ops are registered from one table, kernels/elementwise_ops.h.)
 //
 // Inference sees only input types and attributes and throws ag::Error with a
 // plain message; the graph adds the node context. Kernels are built once per
@@ -13,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/kernel.h"
 #include "ir/attrs.h"
 #include "ir/types.h"
 
@@ -37,51 +39,24 @@ enum OpProps : uint32_t {
   kCostlyKernel = 1u << 6,
 };
 
-// Per-executor mutable state of a kernel (oneDNN argument maps whose data
-// handles are re-pointed on every call). Made once per executor by
-// Kernel::make_state; never shared between executors.
-class KernelState {
- public:
-  virtual ~KernelState() = default;
-};
-
-// What an executor lends a kernel for one run: `scratch` holds the kernel's
-// scratch_bytes() (64-byte aligned, owned by that executor, contents undefined
-// on entry), `state` is what make_state() returned for that executor.
-struct RunCtx {
-  void* scratch = nullptr;
-  KernelState* state = nullptr;
-};
-
-// A compiled kernel for one node, built once at compile time and then
-// read-only: one kernel serves every executor (and so every calling thread) at
-// once. run() gets the node's input and output pointers in order and writes
-// nothing but its outputs, ctx.scratch and ctx.state. It must not allocate or
-// throw on the hot path except for data-dependent errors (an index out of
-// range), which it reports by throwing.
-class Kernel {
- public:
-  virtual ~Kernel() = default;
-  virtual void run(void* const* in, void* const* out, const RunCtx& ctx) const = 0;
-  // Bytes of per-run scratch (temporary buffers, oneDNN scratchpads).
-  virtual size_t scratch_bytes() const { return 0; }
-  virtual std::unique_ptr<KernelState> make_state() const { return nullptr; }
-  virtual std::string name() const { return "kernel"; }  // e.g. "onednn_matmul_f32"
-  // Work left for after the program's first run (packing constant weights; runtime/background.h):
-  // 0 none, 1 left for later, 2 done. finish_background_work() runs once, on the background thread
-  // or at the end of a caller's run, while run() may be running on other threads, and makes later
-  // runs use its result.
-  virtual int background_work() const { return 0; }
-  virtual void finish_background_work() const {}
-};
-
 // Runs a kernel once outside any executor (constant folding, tests): makes its
 // state and scratch for this one run.
 void run_kernel_once(const Kernel& k, void* const* in, void* const* out);
 
 using InferFn = std::vector<TensorType> (*)(const std::vector<TensorType>& in, const Attrs& attrs);
-using MakeKernelFn = std::unique_ptr<Kernel> (*)(const Node& node);
+using MakeKernelFn = std::unique_ptr<Kernel> (*)(const Node& node, const BuildCtx& ctx);
 using AliasOffsetFn = int64_t (*)(const Node& node);  // byte offset of output 0 inside input 0
+
+// One instruction of a fused elementwise program (the fused_elementwise op,
+// kernels/fused_elementwise.h), as an elementwise op declares it for the fusion passes.
+struct FusedInstr {
+  static constexpr int kMaxArgs = 3;  // operand slots per instruction in the fused program's "args"
+  int64_t code = 0;  // the fused interpreter's instruction code
+  int nargs = 0;
+  double p[3] = {0, 0, 0};  // numbers the instruction carries (attributes)
+};
+// Encodes a node as one instruction; false when it cannot be fused with these dtypes or attributes.
+using FuseFn = bool (*)(const Node& node, FusedInstr* out);
 
 struct OpDef {
   const char* name = nullptr;
@@ -91,6 +66,13 @@ struct OpDef {
   MakeKernelFn make_kernel = nullptr;
   uint32_t props = kNoProps;
   AliasOffsetFn alias_offset = nullptr;  // kAlias ops; nullptr means offset 0
+  // Elementwise fusion, declared with the op (kernels/elementwise_ops.h): `fuse` makes a node one
+  // instruction of a fused_elementwise node (passes/fuse_elementwise.cpp); `fused_code` is the
+  // op's instruction code where it has one; an `epilogue` op may also be absorbed by a GEMM or
+  // convolution as a post-op, run as the same instruction on the f32 result (passes/fuse_epilogues.cpp).
+  FuseFn fuse = nullptr;
+  int64_t fused_code = 0;
+  bool epilogue = false;
   bool has(OpProps p) const { return (props & p) != 0; }
 };
 

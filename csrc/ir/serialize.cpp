@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <unordered_set>
 
-#include "ir/error.h"
+#include "base/error.h"
 #include "ir/op_registry.h"
 
 namespace ag {

@@ -1,6 +1,6 @@
 #include "ir/size_expr.h"
 
-#include "ir/error.h"
+#include "base/error.h"
 
 namespace ag {
 

@@ -55,4 +55,9 @@ std::string shape_str(const Shape& s);
 Shape contiguous_strides(const Shape& s);  // in elements
 int64_t normalize_dim(int64_t d, int64_t rank);  // throws on out of range
 
+// NumPy/PyTorch broadcasting of two shapes; throws naming both.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+// Strides (in elements) to read `in` broadcast to `out` (0 on broadcast dims).
+Shape broadcast_strides(const Shape& in, const Shape& out);
+
 }  // namespace ag

@@ -382,7 +382,7 @@ class SdpaKernel final : public Kernel {
   size_t floats_off_ = 0, pad_off_ = 0;
 };
 
-std::unique_ptr<Kernel> make_sdpa(const Node& n) { return std::make_unique<SdpaKernel>(n); }
+std::unique_ptr<Kernel> make_sdpa(const Node& n, const BuildCtx& ctx) { return std::make_unique<SdpaKernel>(n); }
 
 }  // namespace
 

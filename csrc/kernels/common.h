@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "ir/attrs.h"
-#include "ir/error.h"
+#include "base/error.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "ir/types.h"
-#include "runtime/parallel.h"
+#include "base/parallel.h"
 
 namespace ag {
 
@@ -79,11 +79,6 @@ template <typename T, typename V> inline void store_cast(T& dst, V v) {
     case 8: { using scalar_t = uint64_t; __VA_ARGS__(); break; }                \
     default: ::ag::fail(what, ": element size ", nbytes, " is not supported");  \
   }
-
-// NumPy/PyTorch broadcasting of two shapes; throws naming both.
-Shape broadcast_shapes(const Shape& a, const Shape& b);
-// Strides (in elements) to read `in` broadcast to `out` (0 on broadcast dims).
-Shape broadcast_strides(const Shape& in, const Shape& out);
 
 // Inference helpers.
 std::vector<TensorType> infer_same(const std::vector<TensorType>& in, const Attrs&);  // output = input 0

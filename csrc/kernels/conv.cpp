@@ -6,6 +6,7 @@
 // into the primitive's layout once, when the kernel is built. 16-bit dtypes
 // without a native oneDNN implementation are computed in f32.
 #include "kernels/common.h"
+#include "kernels/epilogue.h"
 #include "kernels/onednn_util.h"
 
 namespace ag {
@@ -76,7 +77,7 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
 
 class ConvKernel final : public Kernel {
  public:
-  explicit ConvKernel(const Node& n) {
+  ConvKernel(const Node& n, const BuildCtx& ctx) {
     t_ = n.inputs[0]->type.dtype;
     xs_ = n.inputs[0]->type.shape();
     ws_ = n.inputs[1]->type.shape();
@@ -116,7 +117,7 @@ class ConvKernel final : public Kernel {
     auto make = [&](dt d, size_t k, const dnnl::convolution_forward::primitive_desc* base,
                     dnnl::convolution_forward::primitive_desc& pd) -> bool {
       auto x_md = base ? base->src_desc() : dnnl::memory::desc(to_dims(xs_), d, tag::any);
-      auto o_md = base ? base->dst_desc() : dnnl::memory::desc(to_dims(os_), d, tag::any);
+      auto o_md = base ? base->dst_desc() : dnnl::memory::desc(to_dims(os_), dst_f32_ ? dt::f32 : d, tag::any);
       auto w_md = base ? base->weights_desc()
                        : (w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d));
       dnnl::primitive_attr attr = default_attr();
@@ -141,7 +142,7 @@ class ConvKernel final : public Kernel {
       dnnl::convolution_forward::primitive_desc pd;
       if (!make(d, k0_, nullptr, pd)) return false;
       k_dnnl_ = k0_;
-      for (size_t k = epi_.ops.size(); k > k0_; --k) {
+      for (size_t k = epi_.binary_end(k0_); k > k0_; --k) {  // (activations run by hand: epilogue.h)
         dnnl::convolution_forward::primitive_desc pk;
         if (make(d, k, &pd, pk)) {
           pd = pk;
@@ -157,7 +158,7 @@ class ConvKernel final : public Kernel {
       exec_.bind(DNNL_ARG_DST, pd.dst_desc());
       if (prim_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
       in_ro_.init(plain_desc(xs_, d), pd.src_desc());
-      out_ro_.init(pd.dst_desc(), plain_desc(os_, d));
+      out_ro_.init(pd.dst_desc(), plain_desc(os_, dst_f32_ ? dt::f32 : d));
       x_blk_bytes_ = pd.src_desc().get_size();  // blocked copies live in the run's scratch
       o_blk_bytes_ = pd.dst_desc().get_size();
       w_plain_ = plain_desc(wg, d);
@@ -194,11 +195,14 @@ class ConvKernel final : public Kernel {
       if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
       return true;
     };
+    // activations run by hand on the f32 result (epilogue.h): a 16-bit convolution then writes f32
+    dst_f32_ = t_ != DType::f32 && epi_.binary_end(0) < epi_.ops.size();
     if (t_ == DType::f32 || !build(to_dnnl(t_))) {
       emu_ = t_ != DType::f32;
       AG_CHECK(build(dt::f32), "oneDNN has no convolution for input ", shape_str(xs_), " and weight ",
                shape_str(ws_));
     }
+    if (dst_f32_ && !emu_) out_f32_ = scratch_.add(o_n_ * 4);
     if (emu_) {
       x_f32_ = scratch_.add(x_n_ * 4);
       out_f32_ = scratch_.add(o_n_ * 4);
@@ -231,7 +235,7 @@ class ConvKernel final : public Kernel {
           }
         };
       }
-      const void* w = prepack(w_const, t_, w_n_, emu_ || fold_mul_, w_plain_, w_md_, packed_, fold);
+      const void* w = prepack(ctx, w_const, t_, w_n_, emu_ || fold_mul_, w_plain_, w_md_, packed_, fold);
       exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
     }
   }
@@ -289,13 +293,14 @@ class ConvKernel final : public Kernel {
       const PostArg& pa = post_[i];
       if (pa.input >= 0) st.exec.set(pa.arg, pa.prepare(in[pa.input], st.post[i], ctx));
     }
-    void* o_plain = emu_ ? ScratchLayout::at(ctx, out_f32_) : out[0];
+    const bool f32_out = emu_ || dst_f32_;
+    void* o_plain = f32_out ? ScratchLayout::at(ctx, out_f32_) : out[0];
     void* o = out_ro_.needed ? ScratchLayout::at(ctx, o_blk_) : o_plain;
     st.exec.set(DNNL_ARG_DST, o);
     exec_.run(st.exec, ScratchLayout::at(ctx, pad_));
     if (out_ro_.needed) out_ro_.run(st.out_ro, o, o_plain);
     if (k_dnnl_ < epi_.ops.size()) epi_.apply_all(static_cast<float*>(o_plain), o_n_ / epi_.L, in, k_dnnl_);
-    if (emu_) from_f32(t_, static_cast<float*>(o_plain), out[0], o_n_);
+    if (f32_out) from_f32(t_, static_cast<float*>(o_plain), out[0], o_n_);
   }
 
  private:
@@ -401,6 +406,7 @@ class ConvKernel final : public Kernel {
   epi::Epilogue epi_;
   std::vector<PostArg> post_;
   size_t k_dnnl_ = 0;  // post-ops [k0_, k_dnnl_) run in the primitive, the rest by hand
+  bool dst_f32_ = false;  // a 16-bit primitive writing f32 for the activations run by hand
   size_t k0_ = 0;      // leading post-ops folded into weights and bias
   bool fold_mul_ = false, fold_add_ = false, prim_bias_ = false;
   Buffer folded_bias_;
@@ -418,7 +424,7 @@ class ConvKernel final : public Kernel {
   std::string name_ = "onednn_conv";
 };
 
-std::unique_ptr<Kernel> make_conv(const Node& n) { return std::make_unique<ConvKernel>(n); }
+std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return std::make_unique<ConvKernel>(n, ctx); }
 
 }  // namespace
 

@@ -82,7 +82,7 @@ std::vector<TensorType> infer_deconv(const std::vector<TensorType>& in, const At
 
 class DeconvKernel final : public Kernel {
  public:
-  explicit DeconvKernel(const Node& n) {
+  DeconvKernel(const Node& n, const BuildCtx& ctx) {
     t_ = n.inputs[0]->type.dtype;
     xs_ = n.inputs[0]->type.shape();
     ws_ = n.inputs[1]->type.shape();
@@ -190,7 +190,7 @@ class DeconvKernel final : public Kernel {
     if (out_ro_.needed) o_blk_ = scratch_.add(o_blk_bytes_);
     if (exec_.scratch_bytes) pad_ = scratch_.add(exec_.scratch_bytes);
     if (w_const) {  // prepack once
-      const void* w = prepack(w_const, t_, w_n_, emu_, w_plain_, w_md_, packed_);
+      const void* w = prepack(ctx, w_const, t_, w_n_, emu_, w_plain_, w_md_, packed_);
       exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
     }
   }
@@ -334,7 +334,7 @@ class DeconvKernel final : public Kernel {
   std::string name_ = "onednn_conv_transpose";
 };
 
-std::unique_ptr<Kernel> make_deconv(const Node& n) { return std::make_unique<DeconvKernel>(n); }
+std::unique_ptr<Kernel> make_deconv(const Node& n, const BuildCtx& ctx) { return std::make_unique<DeconvKernel>(n, ctx); }
 
 }  // namespace
 

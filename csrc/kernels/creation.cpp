@@ -45,7 +45,7 @@ std::vector<TensorType> infer_full(const std::vector<TensorType>&, const Attrs& 
   return {TensorType(dt, s)};
 }
 
-std::unique_ptr<Kernel> make_full(const Node& n) {
+std::unique_ptr<Kernel> make_full(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.out()->type;
   uint64_t bits = full_bits(n.attrs, t.dtype);
   int64_t count = t.numel();
@@ -87,7 +87,7 @@ std::vector<TensorType> infer_arange(const std::vector<TensorType>&, const Attrs
   return {TensorType(dt, {r.n})};
 }
 
-std::unique_ptr<Kernel> make_arange(const Node& n) {
+std::unique_ptr<Kernel> make_arange(const Node& n, const BuildCtx& ctx) {
   DType dt = n.out()->type.dtype;
   Range r = range_of(n.attrs, dt);
   std::unique_ptr<Kernel> k;

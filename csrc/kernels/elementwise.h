@@ -230,7 +230,7 @@ std::vector<TensorType> infer_binary(const std::vector<TensorType>& in, const At
 // Builds the kernel of a binary op whose functor is Op<C>(attrs) (C the compute
 // type; Op<C>::kMath picks the grain, Op<C>::kCheckZero checks integer divisors).
 template <template <typename> class Op, int K, bool BoolOut, bool Opmath>
-std::unique_ptr<Kernel> make_binary(const Node& n) {
+std::unique_ptr<Kernel> make_binary(const Node& n, const BuildCtx& ctx) {
   DType da = n.inputs[0]->type.dtype, db = n.inputs[1]->type.dtype;
   std::string name = std::string(n.op->name) + "_" + dtype_name(da);
   if constexpr (Opmath) {

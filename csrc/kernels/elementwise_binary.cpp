@@ -9,6 +9,7 @@
 #include "kernels/elementwise_math.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/elementwise_special.h"
+#include "kernels/fused_elementwise.h"
 
 namespace ag {
 namespace {
@@ -110,10 +111,11 @@ struct SubAlpha {
 };
 
 // the listed ops (elementwise_ops.h)
-#define AG_X_BINARY(name, kinds, is_math, check_zero, expr) \
+#define AG_X_BINARY(name, kinds, fl, check_zero, expr)      \
+  constexpr int kFlags_##name = (fl);                        \
   template <typename C>                                      \
   struct X_##name {                                          \
-    static constexpr bool kMath = is_math;                   \
+    static constexpr bool kMath = (kFlags_##name & kMathRow) != 0; \
     static constexpr bool kCheckZero = check_zero;           \
     explicit X_##name(const Attrs&) {}                       \
     C operator()(C a, C b) const {                           \
@@ -150,29 +152,31 @@ std::vector<TensorType> infer_div(const std::vector<TensorType>& in, const Attrs
 
 // ---- kernels --------------------------------------------------------------------------
 bool has_alpha(const Node& n) { return n.attrs.has("alpha") && number_attr(n.attrs, "alpha").f != 1; }
-std::unique_ptr<Kernel> make_add(const Node& n) {
-  return has_alpha(n) ? make_binary<AddAlpha, kAll, false, true>(n) : make_binary<Add, kAll, false, true>(n);
+std::unique_ptr<Kernel> make_add(const Node& n, const BuildCtx& ctx) {
+  return has_alpha(n) ? make_binary<AddAlpha, kAll, false, true>(n, ctx) : make_binary<Add, kAll, false, true>(n, ctx);
 }
-std::unique_ptr<Kernel> make_sub(const Node& n) {
-  return has_alpha(n) ? make_binary<SubAlpha, kFI, false, true>(n) : make_binary<Sub, kFI, false, true>(n);
+std::unique_ptr<Kernel> make_sub(const Node& n, const BuildCtx& ctx) {
+  return has_alpha(n) ? make_binary<SubAlpha, kFI, false, true>(n, ctx) : make_binary<Sub, kFI, false, true>(n, ctx);
 }
-std::unique_ptr<Kernel> make_div(const Node& n) {
+std::unique_ptr<Kernel> make_div(const Node& n, const BuildCtx& ctx) {
   std::string m = rounding_mode(n.attrs);
-  if (m == "trunc") return make_binary<DivTrunc, kFI, false, true>(n);
-  if (m == "floor") return make_binary<DivFloor, kFI, false, true>(n);
-  return make_binary<Div, kF, false, true>(n);
+  if (m == "trunc") return make_binary<DivTrunc, kFI, false, true>(n, ctx);
+  if (m == "floor") return make_binary<DivFloor, kFI, false, true>(n, ctx);
+  return make_binary<Div, kF, false, true>(n, ctx);
 }
 
 }  // namespace
 
-#define AG_BINARY(ident, infer_fn, make_fn)                                                        \
+// fused through fe::encode; add, sub, mul and div may also be GEMM/conv epilogues (binary post-ops)
+#define AG_BINARY_EPI(ident, infer_fn, make_fn, epi)                                               \
   AG_REGISTER_OP(ident, {.name = #ident, .min_inputs = 2, .max_inputs = 2, .infer = infer_fn, \
-                         .make_kernel = make_fn, .props = kElementwise});
+                         .make_kernel = make_fn, .props = kElementwise, .fuse = fe::encode, .epilogue = epi});
+#define AG_BINARY(ident, infer_fn, make_fn) AG_BINARY_EPI(ident, infer_fn, make_fn, false)
 
-AG_BINARY(add, infer_alpha<kAll>, make_add)
-AG_BINARY(sub, infer_alpha<kFI>, make_sub)
-AG_BINARY(mul, (infer_binary<kAll, false, true>), (make_binary<Mul, kAll, false, true>))
-AG_BINARY(div, infer_div, make_div)
+AG_BINARY_EPI(add, infer_alpha<kAll>, make_add, true)
+AG_BINARY_EPI(sub, infer_alpha<kFI>, make_sub, true)
+AG_BINARY_EPI(mul, (infer_binary<kAll, false, true>), (make_binary<Mul, kAll, false, true>), true)
+AG_BINARY_EPI(div, infer_div, make_div, true)
 AG_BINARY(floor_divide, (infer_binary<kFI, false, false>), (make_binary<DivFloor, kFI, false, false>))
 AG_BINARY(remainder, (infer_binary<kFI, false, false>), (make_binary<Remainder, kFI, false, false>))
 AG_BINARY(pow, (infer_binary<kFI, false, false>), (make_binary<Pow, kFI, false, false>))

@@ -3,6 +3,7 @@
 // -> bool) and bitwise and/or/xor (integers and bool), with broadcasting. Both
 // inputs share one dtype (the front promotes or casts them).
 #include "kernels/elementwise.h"
+#include "kernels/fused_elementwise.h"
 
 namespace ag {
 namespace {
@@ -35,7 +36,8 @@ AG_CMP_FUNCTOR(BitXor, C, C(a ^ b))
 #define AG_CMP(ident, Op, K, BoolOut)                                                                   \
   AG_REGISTER_OP(ident, {.name = #ident, .min_inputs = 2, .max_inputs = 2,                            \
                          .infer = infer_binary<K, BoolOut, false>,                                    \
-                         .make_kernel = make_binary<Op, K, BoolOut, false>, .props = kElementwise});
+                         .make_kernel = make_binary<Op, K, BoolOut, false>, .props = kElementwise,    \
+                         .fuse = fe::encode});
 
 AG_CMP(eq, Eq, kAll, true)
 AG_CMP(ne, Ne, kAll, true)

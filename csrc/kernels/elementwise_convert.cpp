@@ -6,6 +6,7 @@
 //  - int to narrower int: wrapping; to bf16/f16: through float32 (rounding to
 //    nearest even), f64 -> bf16 as well.
 #include "kernels/elementwise.h"
+#include "kernels/fused_elementwise.h"
 
 namespace ag {
 namespace {
@@ -31,7 +32,7 @@ inline TO convert_one(const TI& v) {
 }
 
 template <typename TO, typename TI>
-std::unique_ptr<Kernel> convert_kernel(const Node& n) {
+std::unique_ptr<Kernel> convert_kernel(const Node& n, const BuildCtx& ctx) {
   int64_t numel = n.out()->type.numel();
   std::string name = std::string("convert_") + dtype_name(n.inputs[0]->type.dtype) + "_" +
                      dtype_name(n.out()->type.dtype);
@@ -44,12 +45,12 @@ std::unique_ptr<Kernel> convert_kernel(const Node& n) {
   });
 }
 
-std::unique_ptr<Kernel> make_convert(const Node& n) {
+std::unique_ptr<Kernel> make_convert(const Node& n, const BuildCtx& ctx) {
   std::unique_ptr<Kernel> k;
   DType ti = n.inputs[0]->type.dtype, to = n.out()->type.dtype;
   AG_DISPATCH_ALL(ti, "convert", [&] {
     using TI = scalar_t;
-    AG_DISPATCH_ALL(to, "convert", [&] { k = convert_kernel<scalar_t, TI>(n); });
+    AG_DISPATCH_ALL(to, "convert", [&] { k = convert_kernel<scalar_t, TI>(n, ctx); });
   });
   return k;
 }
@@ -63,6 +64,7 @@ std::vector<TensorType> infer_convert(const std::vector<TensorType>& in, const A
 }  // namespace
 
 AG_REGISTER_OP(convert, {.name = "convert", .min_inputs = 1, .max_inputs = 1, .infer = infer_convert,
-                         .make_kernel = make_convert, .props = kElementwise});
+                         .make_kernel = make_convert, .props = kElementwise,
+                       .fuse = fe::encode});
 
 }  // namespace ag

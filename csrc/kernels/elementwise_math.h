@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace ag::math {
 
@@ -129,6 +130,25 @@ template <typename C> inline C gelu_tanh_(C x) {
   const C kKappa = C(0.044715);
   C inner = kBeta * (x + kKappa * x * x * x);
   return C(0.5) * x * (C(1) + tanh_(inner));
+}
+
+// Rounding that is the identity on integers (as torch's floor/ceil/round/trunc of an integer
+// tensor); round is half to even.
+template <typename C> inline C floor_(C x) {
+  if constexpr (std::is_floating_point_v<C>) return std::floor(x);
+  else return x;
+}
+template <typename C> inline C ceil_(C x) {
+  if constexpr (std::is_floating_point_v<C>) return std::ceil(x);
+  else return x;
+}
+template <typename C> inline C round_(C x) {
+  if constexpr (std::is_floating_point_v<C>) return std::nearbyint(x);
+  else return x;
+}
+template <typename C> inline C trunc_(C x) {
+  if constexpr (std::is_floating_point_v<C>) return std::trunc(x);
+  else return x;
 }
 
 // Integer power, e >= 0, wrapping like torch.

@@ -1,83 +1,132 @@
-// Elementwise math ops as lists (X-macros). One line here gives an op its
-// single-op kernel and registration (elementwise_unary.cpp /
-// elementwise_binary.cpp), its fused_elementwise instruction code, encoding,
-// dtype rule and interpreter case (fused_elementwise.{h,cpp}); the front adds
-// one lowering row. The expression is written once, in the compute type C
-// (float for f32/bf16/f16, double for f64, the integer type for ints), and is
-// what both the single-op kernel and the fused interpreter evaluate, so a
-// fused group stays bit-identical to the unfused kernels.
+// The elementwise ops, as lists (X-macros): one row per op, old and new. A row gives an op
+//  - its single-op kernel and registration (elementwise_unary.cpp / elementwise_binary.cpp),
+//  - its fused_elementwise instruction code, encoding and interpreter case
+//    (fused_elementwise.{h,cpp}),
+//  - for rows marked kEpi, its GEMM/convolution epilogue form (ops the fuse_epilogues pass may
+//    absorb into linear/matmul/conv; run by the same interpreter case, kernels/epilogue.cpp),
+// and the front adds one lowering row (python/airgraph/lowering). The expression is written
+// once, in the compute type C (float for f32/bf16/f16, double for f64, the integer type for
+// ints), and it is the one implementation that the single-op kernel, the fused interpreter and
+// the epilogue all evaluate: the three give bit-identical results, NaN and infinities
+// included, by construction (tests/cpp/test_op_rows.cpp checks every row).
 //
 // Kinds: ew::kF floating, kFI floating or integer, kI integer, kAll any dtype,
 // | kNoHalf: not bfloat16/float16 (ops whose half-precision result is not
 // "compute in float, round once", like nextafter). Ops are fused only on
 // float32/bfloat16/float16 values (predicates also on bool).
+// Flags: ew::kMath (a transcendental: larger parallel grain, weighs more in a fused group),
+// ew::kEpi (may run as an epilogue), or 0.
+//
+// The expressions follow PyTorch's formulas: the exact GELU 0.5 x (1 + erf(x / sqrt 2)), its tanh
+// form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x / (1 + exp(-x)) for SiLU; round is half
+// to even, sign(NaN) = 0, and ReLU and clamp propagate NaN. On integers floor/ceil/round/trunc are
+// the identity, like torch.
+//
+// Adding an activation: one row here (AG_EW_UNARY_OPS, or AG_EW_UNARY_PARAM_OPS when it takes
+// numeric attributes) and one row in the front's lowering table. Nothing else.
 #pragma once
 
-// Unary, result of the input's dtype.  X(name, kinds, is_math, expr of x)
+namespace ag::ew {
+enum RowFlags : int { kMathRow = 1, kEpi = 2 };  // (kMathRow: kMath in the lists below)
+constexpr int kMath = kMathRow;
+}  // namespace ag::ew
+// Unary, result of the input's dtype.  X(name, kinds, flags, expr of x)
 #define AG_EW_UNARY_OPS(X)                                       \
-  X(acos, kF, true, std::acos(x))                                \
-  X(asin, kF, true, std::asin(x))                                \
-  X(atan, kF, true, std::atan(x))                                \
-  X(acosh, kF, true, std::acosh(x))                              \
-  X(asinh, kF, true, std::asinh(x))                              \
-  X(atanh, kF, true, std::atanh(x))                              \
-  X(sinh, kF, true, std::sinh(x))                                \
-  X(cosh, kF, true, std::cosh(x))                                \
-  X(tan, kF, true, std::tan(x))                                  \
-  X(log2, kF, true, std::log2(x))                                \
-  X(log10, kF, true, std::log10(x))                              \
-  X(exp2, kF, true, std::exp2(x))                                \
-  X(erfc, kF, true, std::erfc(x))                                \
-  X(erfinv, kF, true, math::erfinv_(x))                          \
-  X(lgamma, kF, true, math::lgamma_(x))                          \
-  X(digamma, kF, true, math::digamma_(x))                        \
-  X(sinc, kF, true, math::sinc_(x))                              \
-  X(frac, kF, false, C(x - std::trunc(x)))                       \
-  X(entr, kF, true, math::entr_(x))                              \
-  X(erfcx, kF, true, math::erfcx_(x))                            \
-  X(log_ndtr, kF, true, math::log_ndtr_(x))                      \
-  X(ndtri, kF, true, math::ndtri_(x))                            \
-  X(i0, kF, true, math::i0_(x))                                  \
-  X(i0e, kF, true, math::i0e_(x))                                \
-  X(i1, kF, true, math::i1_(x))                                  \
-  X(i1e, kF, true, math::i1e_(x))                                \
-  X(log_sigmoid, kF, true, math::log_sigmoid_(x))
+  X(neg, kFI, 0, C(-x))                                          \
+  X(abs, kFI, 0, C(x < C(0) ? C(-x) : x))                        \
+  X(relu, kFI, kEpi, C(x < C(0) ? C(0) : x))                     \
+  X(reciprocal, kF, 0, C(C(1) / x))                              \
+  X(sqrt, kF, 0, std::sqrt(x))                                   \
+  X(rsqrt, kF, 0, C(C(1) / std::sqrt(x)))                        \
+  X(sign, kFI, 0, C(int(C(0) < x) - int(x < C(0))))              \
+  X(floor, kFI, 0, math::floor_(x))                              \
+  X(ceil, kFI, 0, math::ceil_(x))                                \
+  X(round, kFI, 0, math::round_(x))                              \
+  X(trunc, kFI, 0, math::trunc_(x))                              \
+  X(tanh, kF, kMath | kEpi, math::tanh_(x))                      \
+  X(sigmoid, kF, kMath | kEpi, math::sigmoid_(x))                \
+  X(silu, kF, kMath | kEpi, math::silu_(x))                      \
+  X(erf, kF, kMath, math::erf_(x))                               \
+  X(exp, kF, kMath, math::exp_(x))                               \
+  X(log, kF, kMath, math::log_(x))                               \
+  X(log1p, kF, kMath, std::log1p(x))                             \
+  X(expm1, kF, kMath, std::expm1(x))                             \
+  X(sin, kF, kMath, std::sin(x))                                 \
+  X(cos, kF, kMath, std::cos(x))                                 \
+  X(acos, kF, kMath, std::acos(x))                                \
+  X(asin, kF, kMath, std::asin(x))                                \
+  X(atan, kF, kMath, std::atan(x))                                \
+  X(acosh, kF, kMath, std::acosh(x))                              \
+  X(asinh, kF, kMath, std::asinh(x))                              \
+  X(atanh, kF, kMath, std::atanh(x))                              \
+  X(sinh, kF, kMath, std::sinh(x))                                \
+  X(cosh, kF, kMath, std::cosh(x))                                \
+  X(tan, kF, kMath, std::tan(x))                                  \
+  X(log2, kF, kMath, std::log2(x))                                \
+  X(log10, kF, kMath, std::log10(x))                              \
+  X(exp2, kF, kMath, std::exp2(x))                                \
+  X(erfc, kF, kMath, std::erfc(x))                                \
+  X(erfinv, kF, kMath, math::erfinv_(x))                          \
+  X(lgamma, kF, kMath, math::lgamma_(x))                          \
+  X(digamma, kF, kMath, math::digamma_(x))                        \
+  X(sinc, kF, kMath, math::sinc_(x))                              \
+  X(frac, kF, 0, C(x - std::trunc(x)))                       \
+  X(entr, kF, kMath, math::entr_(x))                              \
+  X(erfcx, kF, kMath, math::erfcx_(x))                            \
+  X(log_ndtr, kF, kMath, math::log_ndtr_(x))                      \
+  X(ndtri, kF, kMath, math::ndtri_(x))                            \
+  X(i0, kF, kMath, math::i0_(x))                                  \
+  X(i0e, kF, kMath, math::i0e_(x))                                \
+  X(i1, kF, kMath, math::i1_(x))                                  \
+  X(i1e, kF, kMath, math::i1e_(x))                                \
+  X(log_sigmoid, kF, kMath, math::log_sigmoid_(x))
 
 // Unary, bool result.  X(name, kinds, expr of x)
 #define AG_EW_PREDICATE_OPS(X)            \
+  X(isnan, kAll, x != x)                  \
+  X(logical_not, kAll, x == C(0))         \
   X(isinf, kAll, math::isinf_(x))         \
   X(isposinf, kAll, math::isposinf_(x))   \
   X(isneginf, kAll, math::isneginf_(x))   \
   X(signbit, kAll, math::signbit_(x))
 
-// Unary with up to three numeric attributes, read as p0, p1, p2 (type C);
-// "" names an unused one.  X(name, kinds, is_math, attr0, attr1, attr2, expr)
+// Unary with up to three numeric attributes, read as p0, p1, p2 (type C): "name", or
+// "name=default" when the attribute may be absent; "" names an unused one.
+//   X(name, kinds, flags, attr0, attr1, attr2, expr)
 #define AG_EW_UNARY_PARAM_OPS(X)                                                                    \
-  X(logit, kF, true, "lo", "hi", "", math::logit_(x, p0, p1))                                            \
-  X(nan_to_num, kF, false, "nan", "posinf", "neginf",                                               \
+  X(leaky_relu, kF, kEpi, "negative_slope=0.01", "", "", C(x > C(0) ? x : C(x * p0)))               \
+  X(logit, kF, kMath, "lo", "hi", "", math::logit_(x, p0, p1))                                            \
+  X(nan_to_num, kF, 0, "nan", "posinf", "neginf",                                               \
     C(x != x ? p0 : (x == math::inf<C>() ? p1 : (x == -math::inf<C>() ? p2 : x))))                  \
-  X(elu, kF, true, "alpha", "scale", "input_scale",                                                 \
+  X(elu, kF, kMath, "alpha", "scale", "input_scale",                                                 \
     C(x <= C(0) ? C(std::expm1(x * p2) * C(p0 * p1)) : C(x * p1)))                                  \
-  X(threshold, kFI, false, "threshold", "value", "", C(x <= p0 ? p1 : x))                           \
-  X(polygamma, kF, true, "n", "", "", math::polygamma_(x, p0))
+  X(threshold, kFI, 0, "threshold", "value", "", C(x <= p0 ? p1 : x))                           \
+  X(polygamma, kF, kMath, "n", "", "", math::polygamma_(x, p0))
 
-// Binary, result of the (common) input dtype.  X(name, kinds, is_math, check_zero, expr of a, b)
+// Unary ops whose attributes need code (their functors are in kernels/elementwise_rows.h, with
+// the same two constructors and one operator() as the generated ones).  X(name, Functor, kinds, flags)
+#define AG_EW_UNARY_FUNCTOR_OPS(X)       \
+  X(gelu, Gelu, kF, kMath | kEpi)        \
+  X(clamp, Clamp, kFI, kEpi)             \
+  X(pow_scalar, PowScalar, kFI, kMath)
+
+// Binary, result of the (common) input dtype.  X(name, kinds, flags, check_zero, expr of a, b)
 // check_zero: integer divisors are checked for zero (PyTorch raises).
 #define AG_EW_BINARY_OPS(X)                                                  \
-  X(hypot, kF, true, false, std::hypot(a, b))                                \
-  X(copysign, kF, false, false, std::copysign(a, b))                         \
-  X(fmod, kFI, false, true, math::fmod_(a, b))                               \
-  X(fmax, kFI, false, false, math::fmax_(a, b))                              \
-  X(fmin, kFI, false, false, math::fmin_(a, b))                              \
-  X(logaddexp, kF, true, false, math::logaddexp_(a, b))                      \
-  X(logaddexp2, kF, true, false, math::logaddexp2_(a, b))                    \
-  X(heaviside, kAll, false, false, math::heaviside_(a, b))                   \
-  X(nextafter, kF | kNoHalf, false, false, std::nextafter(a, b))             \
-  X(xlogy, kF, true, false, math::xlogy_(a, b))                              \
-  X(xlog1py, kF, true, false, math::xlog1py_(a, b))                          \
-  X(zeta, kF, true, false, math::zeta_(a, b))                                \
-  X(prelu, kF, false, false, C(a > C(0) ? a : C(b * a)))                     \
-  X(bitwise_left_shift, kI, false, false, math::shl_(a, b))                  \
-  X(bitwise_right_shift, kI, false, false, math::shr_(a, b))                 \
-  X(gcd, kI, false, false, math::gcd_(a, b))                                 \
-  X(lcm, kI, false, false, math::lcm_(a, b))
+  X(hypot, kF, kMath, false, std::hypot(a, b))                                \
+  X(copysign, kF, 0, false, std::copysign(a, b))                         \
+  X(fmod, kFI, 0, true, math::fmod_(a, b))                               \
+  X(fmax, kFI, 0, false, math::fmax_(a, b))                              \
+  X(fmin, kFI, 0, false, math::fmin_(a, b))                              \
+  X(logaddexp, kF, kMath, false, math::logaddexp_(a, b))                      \
+  X(logaddexp2, kF, kMath, false, math::logaddexp2_(a, b))                    \
+  X(heaviside, kAll, 0, false, math::heaviside_(a, b))                   \
+  X(nextafter, kF | kNoHalf, 0, false, std::nextafter(a, b))             \
+  X(xlogy, kF, kMath, false, math::xlogy_(a, b))                              \
+  X(xlog1py, kF, kMath, false, math::xlog1py_(a, b))                          \
+  X(zeta, kF, kMath, false, math::zeta_(a, b))                                \
+  X(prelu, kF, 0, false, C(a > C(0) ? a : C(b * a)))                     \
+  X(bitwise_left_shift, kI, 0, false, math::shl_(a, b))                  \
+  X(bitwise_right_shift, kI, 0, false, math::shr_(a, b))                 \
+  X(gcd, kI, 0, false, math::gcd_(a, b))                                 \
+  X(lcm, kI, 0, false, math::lcm_(a, b))

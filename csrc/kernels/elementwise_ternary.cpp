@@ -3,6 +3,7 @@
 // one dtype (the output's). Pure data movement, so it dispatches on the element
 // size only.
 #include "kernels/elementwise.h"
+#include "kernels/fused_elementwise.h"
 
 namespace ag {
 namespace {
@@ -16,7 +17,7 @@ std::vector<TensorType> infer_where(const std::vector<TensorType>& in, const Att
 }
 
 template <typename T>
-std::unique_ptr<Kernel> where_kernel(const Node& n) {
+std::unique_ptr<Kernel> where_kernel(const Node& n, const BuildCtx& ctx) {
   Plan<3> p = make_plan<3>(n.out()->type.shape(),
                            {n.inputs[0]->type.shape(), n.inputs[1]->type.shape(), n.inputs[2]->type.shape()});
   return make_fn_kernel(std::string("where_") + dtype_name(n.out()->type.dtype),
@@ -61,15 +62,16 @@ std::unique_ptr<Kernel> where_kernel(const Node& n) {
   });
 }
 
-std::unique_ptr<Kernel> make_where(const Node& n) {
+std::unique_ptr<Kernel> make_where(const Node& n, const BuildCtx& ctx) {
   std::unique_ptr<Kernel> k;
-  AG_DISPATCH_BYTES(dtype_size(n.out()->type.dtype), "where", [&] { k = where_kernel<scalar_t>(n); });
+  AG_DISPATCH_BYTES(dtype_size(n.out()->type.dtype), "where", [&] { k = where_kernel<scalar_t>(n, ctx); });
   return k;
 }
 
 }  // namespace
 
 AG_REGISTER_OP(where, {.name = "where", .min_inputs = 3, .max_inputs = 3, .infer = infer_where,
-                       .make_kernel = make_where, .props = kElementwise});
+                       .make_kernel = make_where, .props = kElementwise,
+                       .fuse = fe::encode});
 
 }  // namespace ag

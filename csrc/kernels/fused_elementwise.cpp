@@ -21,6 +21,7 @@
 
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_math.h"
+#include "kernels/elementwise_rows.h"
 #include "kernels/elementwise_special.h"
 #include "kernels/separable_gather.h"
 
@@ -31,8 +32,6 @@ namespace {
 constexpr int64_t kTile = 512;
 using ew::kF, ew::kI, ew::kB, ew::kNoHalf, ew::kFI, ew::kAll;  // the kinds in elementwise_ops.h
 
-bool value_dtype_ok(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::b8; }
-
 bool in_range(int64_t code, int64_t begin, int64_t end) { return code > begin && code < end; }
 bool x_unary(int64_t c) { return in_range(c, kXUnaryBegin, kXUnaryEnd) || in_range(c, kXParamBegin, kXParamEnd); }
 bool x_pred(int64_t c) { return in_range(c, kXPredBegin, kXPredEnd); }
@@ -41,8 +40,7 @@ bool x_binary(int64_t c) { return in_range(c, kXBinaryBegin, kXBinaryEnd); }
 int arity(int64_t code) {
   if (x_unary(code) || x_pred(code)) return 1;
   if (x_binary(code)) return 2;
-  if (code >= kNeg && code <= kPowScalar) return 1;
-  if (code == kLogicalNot || code == kIsNan || code == kConvert) return 1;
+  if (code == kConvert) return 1;
   if (code >= kAdd && code <= kAtan2) return 2;
   if (code == kMaximum || code == kMinimum) return 2;
   if (code >= kEq && code <= kLogicalXor) return 2;
@@ -58,11 +56,11 @@ DType result_dtype(int64_t code, const DType* t, const double* p) {
     for (int i = 0; i < n; ++i)
       AG_CHECK(t[i] != DType::b8, "fused_elementwise: instruction ", code, " needs floating operands");
   };
-  if ((code >= kNeg && code <= kPowScalar) || x_unary(code)) {
+  if (x_unary(code)) {
     need_float(1);
     return t[0];
   }
-  if (code == kLogicalNot || code == kIsNan || x_pred(code)) return DType::b8;
+  if (x_pred(code)) return DType::b8;
   if (x_binary(code)) {
     need_float(2);
     AG_CHECK(t[0] == t[1], "fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]),
@@ -280,15 +278,15 @@ inline void bin(float* d, const float* a, const float* b, int64_t n, F f) {
 
 bool is_math(int64_t c) {
   switch (c) {
-#define AG_X_MATH(name, kinds, m, ...) case kX_##name: return m;
-#define AG_X_MATH4(name, kinds, m, z, ...) case kX_##name: return m;
+#define AG_X_MATH(name, ...) case kX_##name: return (ew::R_##name<float>::flags & ew::kMath) != 0;
+#define AG_X_MATH_BIN(name, kinds, fl, ...) case kX_##name: { using namespace ew; return ((fl) & kMath) != 0; }
     AG_EW_UNARY_OPS(AG_X_MATH)
     AG_EW_UNARY_PARAM_OPS(AG_X_MATH)
-    AG_EW_BINARY_OPS(AG_X_MATH4)
+    AG_EW_UNARY_FUNCTOR_OPS(AG_X_MATH)
+    AG_EW_BINARY_OPS(AG_X_MATH_BIN)
 #undef AG_X_MATH
-#undef AG_X_MATH4
-    case kSilu: case kTanh: case kSigmoid: case kErf: case kExp: case kLog: case kLog1p: case kExpm1: case kSin:
-    case kCos: case kGeluErf: case kGeluTanh: case kPowScalar: case kPow: case kAtan2:
+#undef AG_X_MATH_BIN
+    case kPow: case kAtan2:
       return true;
     default:
       return false;
@@ -406,7 +404,7 @@ class FusedKernel final : public Kernel {
     for (size_t q = 0; q < gathers_.size(); ++q) {  // serially, before any thread reads the tables
       const void* idx[16];
       for (size_t j = 0; j < gather_idx_[q].size(); ++j) idx[j] = in[gather_idx_[q][j]];
-      gathers_[q].prepare(idx, ScratchLayout::at<int64_t>(ctx, gather_tab_[q]), "fused_elementwise (gathered index)");
+      gather_prepare(gathers_[q], idx, ScratchLayout::at<int64_t>(ctx, gather_tab_[q]), "fused_elementwise (gathered index)");
     }
     const int64_t ntiles = (numel_ + kTile - 1) / kTile;
     // a chunk must be worth a task: about as much work as the single-op kernels' cheap grain
@@ -436,38 +434,12 @@ class FusedKernel final : public Kernel {
     int a = -1, b = -1, c = -1, dst = -1;
     bool sa = false, sb = false;  // binary operand is a one-element input (read as a value, not a tile)
     int round = 0;  // 1 bf16, 2 f16
-    int mode = 0;
-    bool has_lo = false, has_hi = false;
-    float p0 = 0, p1 = 0, p2 = 0;
+    int mode = 0;   // convert: the target dtype
+    double p[kParams] = {0, 0, 0};
   };
   static void configure(Op& op, const double* p) {
-    if (in_range(op.code, kXParamBegin, kXParamEnd)) {
-      op.p0 = static_cast<float>(p[0]);
-      op.p1 = static_cast<float>(p[1]);
-      op.p2 = static_cast<float>(p[2]);
-      return;
-    }
-    switch (op.code) {
-      case kLeakyRelu: op.p0 = static_cast<float>(p[0]); break;
-      case kAddAlpha: case kSubAlpha: op.p0 = static_cast<float>(p[0]); break;
-      case kClamp: {
-        int flags = static_cast<int>(p[2]);
-        op.has_lo = flags & 1;
-        op.has_hi = flags & 2;
-        op.p0 = static_cast<float>(p[0]);
-        op.p1 = static_cast<float>(p[1]);
-        break;
-      }
-      case kPowScalar: {  // as the single-op kernel: special exponents get exact shortcuts
-        double d = p[0];
-        op.p0 = static_cast<float>(d);
-        op.mode = d == 1 ? 1 : d == 2 ? 2 : d == 3 ? 3 : d == 0.5 ? 4 : d == -1 ? 5 : d == -2 ? 6 : d == -0.5 ? 7
-                                                                                           : d == 0 ? 8 : 0;
-        break;
-      }
-      case kConvert: op.mode = static_cast<int>(p[0]); break;
-      default: break;
-    }
+    for (int j = 0; j < kParams; ++j) op.p[j] = p[j];
+    if (op.code == kConvert) op.mode = static_cast<int>(p[0]);
   }
 
   template <typename T>
@@ -475,7 +447,7 @@ class FusedKernel final : public Kernel {
     const In& x = ins_[i];
     const T* s = static_cast<const T*>(src);
     if (x.kind == kGather)
-      gathers_[x.gather].load(s, ScratchLayout::at<const int64_t>(ctx, gather_tab_[x.gather]), b, n, dst,
+      gather_load(gathers_[x.gather], s, ScratchLayout::at<const int64_t>(ctx, gather_tab_[x.gather]), b, n, dst,
                               [](const T& v) { return ld(v); });
     else if (x.kind == kFull) widen(s + b, dst, n);
     else gather(x.plan, s, b, n, dst);
@@ -583,77 +555,19 @@ class FusedKernel final : public Kernel {
     (void)b;
     using namespace math;
     switch (op.code) {
-      case kNeg: un(d, a, n, [](float x) { return -x; }); break;
-      case kAbs: un(d, a, n, [](float x) { return x < 0.0f ? -x : x; }); break;
-      case kRelu: un(d, a, n, [](float x) { return x < 0.0f ? 0.0f : x; }); break;
-      case kSilu: un(d, a, n, [](float x) { return silu_(x); }); break;
-      case kTanh: un(d, a, n, [](float x) { return tanh_(x); }); break;
-      case kSigmoid: un(d, a, n, [](float x) { return sigmoid_(x); }); break;
-      case kErf: un(d, a, n, [](float x) { return erf_(x); }); break;
-      case kExp: un(d, a, n, [](float x) { return exp_(x); }); break;
-      case kLog: un(d, a, n, [](float x) { return log_(x); }); break;
-      case kLog1p: un(d, a, n, [](float x) { return std::log1p(x); }); break;
-      case kExpm1: un(d, a, n, [](float x) { return std::expm1(x); }); break;
-      case kRsqrt: un(d, a, n, [](float x) { return 1.0f / std::sqrt(x); }); break;
-      case kSqrt: un(d, a, n, [](float x) { return std::sqrt(x); }); break;
-      case kSin: un(d, a, n, [](float x) { return std::sin(x); }); break;
-      case kCos: un(d, a, n, [](float x) { return std::cos(x); }); break;
-      case kReciprocal: un(d, a, n, [](float x) { return 1.0f / x; }); break;
-      case kFloor: un(d, a, n, [](float x) { return std::floor(x); }); break;
-      case kCeil: un(d, a, n, [](float x) { return std::ceil(x); }); break;
-      case kRound: un(d, a, n, [](float x) { return std::nearbyint(x); }); break;
-      case kTrunc: un(d, a, n, [](float x) { return std::trunc(x); }); break;
-      case kSign: un(d, a, n, [](float x) { return static_cast<float>(int(0.0f < x) - int(x < 0.0f)); }); break;
-      case kLeakyRelu: {
-        const float s = op.p0;
-        un(d, a, n, [s](float x) { return x > 0.0f ? x : x * s; });
-        break;
-      }
-      case kGeluErf: un(d, a, n, [](float x) { return gelu_erf_(x); }); break;
-      case kGeluTanh: un(d, a, n, [](float x) { return gelu_tanh_(x); }); break;
-      case kClamp: {
-        const float lo = op.p0, hi = op.p1;
-        if (op.has_lo && op.has_hi)
-          un(d, a, n, [lo, hi](float x) {
-            float r = (x < lo || lo != lo) ? lo : x;
-            return (r > hi || hi != hi) ? hi : r;
-          });
-        else if (op.has_lo)
-          un(d, a, n, [lo](float x) { return (x < lo || lo != lo) ? lo : x; });
-        else
-          un(d, a, n, [hi](float x) { return (x > hi || hi != hi) ? hi : x; });
-        break;
-      }
-      case kPowScalar: {
-        const float e = op.p0;
-        switch (op.mode) {
-          case 1: un(d, a, n, [](float x) { return x; }); break;
-          case 2: un(d, a, n, [](float x) { return x * x; }); break;
-          case 3: un(d, a, n, [](float x) { return x * x * x; }); break;
-          case 4: un(d, a, n, [](float x) { return std::sqrt(x); }); break;
-          case 5: un(d, a, n, [](float x) { return 1.0f / x; }); break;
-          case 6: un(d, a, n, [](float x) { return 1.0f / (x * x); }); break;
-          case 7: un(d, a, n, [](float x) { return 1.0f / std::sqrt(x); }); break;
-          case 8: un(d, a, n, [](float) { return 1.0f; }); break;
-          default: un(d, a, n, [e](float x) { return std::pow(x, e); }); break;
-        }
-        break;
-      }
-      case kLogicalNot: un(d, a, n, [](float x) { return x == 0.0f ? 1.0f : 0.0f; }); break;
-      case kIsNan: un(d, a, n, [](float x) { return x != x ? 1.0f : 0.0f; }); break;
       case kConvert:
         if (static_cast<DType>(op.mode) == DType::b8) un(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
         else un(d, a, n, [](float x) { return x; });  // to a float dtype: the rounding below does it
         break;
       case kAdd: bin2(op, sp, sv, d, n, [](float x, float y) { return x + y; }); break;
       case kAddAlpha: {
-        const float al = op.p0;
+        const float al = static_cast<float>(op.p[0]);
         bin2(op, sp, sv, d, n, [al](float x, float y) { return x + al * y; });
         break;
       }
       case kSub: bin2(op, sp, sv, d, n, [](float x, float y) { return x - y; }); break;
       case kSubAlpha: {
-        const float al = op.p0;
+        const float al = static_cast<float>(op.p[0]);
         bin2(op, sp, sv, d, n, [al](float x, float y) { return x - al * y; });
         break;
       }
@@ -686,43 +600,19 @@ class FusedKernel final : public Kernel {
       case kWhere:
         for (int64_t i = 0; i < n; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
         break;
-// (generic lambdas, run only for ops that take floats: the integer-only ones never get a code)
-#define AG_X_UN(name, kinds, m, expr)                                  \
-  case kX_##name:                                                      \
-    un_if<(kinds)>(d, a, n, [](auto x) {                               \
-      using C [[maybe_unused]] = decltype(x);                                         \
-      return expr;                                                     \
-    });                                                                \
-    break;
-#define AG_X_PRED(name, kinds, expr)                                   \
-  case kX_##name:                                                      \
-    un(d, a, n, [](float x) { return (expr) ? 1.0f : 0.0f; });         \
-    break;
-#define AG_X_PARAM(name, kinds, m, a0, a1, a2, expr)                   \
-  case kX_##name: {                                                    \
-    const float p0 = op.p0, p1 = op.p1, p2 = op.p2;                    \
-    un_if<(kinds)>(d, a, n, [p0, p1, p2](auto x) {                     \
-      using C [[maybe_unused]] = decltype(x);                                         \
-      return expr;                                                     \
-    });                                                                \
-    break;                                                             \
-  }
-#define AG_X_BIN(name, kinds, m, z, expr)                              \
+// (binary rows: generic lambdas, run only for ops that take floats; integer-only ones never get a code)
+#define AG_X_BIN(name, kinds, fl, z, expr)                              \
   case kX_##name:                                                      \
     bin_if<(kinds)>(op, sp, sv, d, n, [](auto a, auto b) {             \
       using C [[maybe_unused]] = decltype(a);                                         \
       return expr;                                                     \
     });                                                                \
     break;
-      AG_EW_UNARY_OPS(AG_X_UN)
-      AG_EW_PREDICATE_OPS(AG_X_PRED)
-      AG_EW_UNARY_PARAM_OPS(AG_X_PARAM)
       AG_EW_BINARY_OPS(AG_X_BIN)
-#undef AG_X_UN
-#undef AG_X_PRED
-#undef AG_X_PARAM
 #undef AG_X_BIN
-      default: fail("fused_elementwise: unknown instruction code ", op.code);
+      default:
+        if (!x_unary(op.code) && !x_pred(op.code)) fail("fused_elementwise: unknown instruction code ", op.code);
+        run_unary(op.code, op.p, d, a, n);
     }
     if (op.round == 1) {
       for (int64_t i = 0; i < n; ++i) d[i] = round_bf16(d[i]);
@@ -747,11 +637,35 @@ class FusedKernel final : public Kernel {
   std::string name_;
 };
 
-std::unique_ptr<Kernel> make_fused(const Node& n) { return std::make_unique<FusedKernel>(n); }
+std::unique_ptr<Kernel> make_fused(const Node& n, const BuildCtx& ctx) { return std::make_unique<FusedKernel>(n); }
 
 }  // namespace
 
-bool encode(const Node& n, Instr* o) {
+bool value_dtype_ok(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::b8; }
+
+void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t n) {
+  switch (code) {
+#define AG_X_UN(name, ...)                \
+  case kX_##name:                         \
+    un(d, a, n, ew::R_##name<float>(p));  \
+    break;
+#define AG_X_PRED(name, ...)                                                  \
+  case kX_##name: {                                                           \
+    const ew::R_##name<float> f(p);                                           \
+    un(d, a, n, [&f](float x) { return f(x) ? 1.0f : 0.0f; });               \
+    break;                                                                    \
+  }
+    AG_EW_UNARY_OPS(AG_X_UN)
+    AG_EW_PREDICATE_OPS(AG_X_PRED)
+    AG_EW_UNARY_PARAM_OPS(AG_X_UN)
+    AG_EW_UNARY_FUNCTOR_OPS(AG_X_UN)
+#undef AG_X_UN
+#undef AG_X_PRED
+    default: fail("fused_elementwise: ", code, " is not a unary instruction code");
+  }
+}
+
+bool encode(const Node& n, FusedInstr* o) {
   if (n.outputs.size() != 1 || !n.op->has(kElementwise)) return false;
   bool all_float = true;
   for (Value* v : n.inputs) {
@@ -765,7 +679,7 @@ bool encode(const Node& n, Instr* o) {
   for (Value* v : n.inputs) all_bool = all_bool && v->type.dtype == DType::b8;
   const std::string_view op = n.op->name;
   const Attrs& a = n.attrs;
-  *o = Instr{};
+  *o = FusedInstr{};
   auto set = [&](int64_t code, bool ok = true) {
     if (!ok) return false;
     o->code = code;
@@ -774,77 +688,29 @@ bool encode(const Node& n, Instr* o) {
   };
   struct Simple {
     const char* name;
-    Code code;
+    int64_t code;
   };
-  static const Simple float_ops[] = {
-      {"neg", kNeg},   {"abs", kAbs},         {"relu", kRelu},   {"silu", kSilu},   {"tanh", kTanh},
-      {"sigmoid", kSigmoid}, {"erf", kErf},   {"exp", kExp},     {"log", kLog},     {"log1p", kLog1p},
-      {"expm1", kExpm1}, {"rsqrt", kRsqrt},   {"sqrt", kSqrt},   {"sin", kSin},     {"cos", kCos},
-      {"reciprocal", kReciprocal}, {"floor", kFloor}, {"ceil", kCeil}, {"round", kRound}, {"trunc", kTrunc},
-      {"sign", kSign}, {"mul", kMul},         {"pow", kPow},     {"atan2", kAtan2}};
+  static const Simple float_ops[] = {{"mul", kMul}, {"pow", kPow}, {"atan2", kAtan2}};
   for (auto& s : float_ops)
     if (op == s.name) return set(s.code, all_float);
-  // the listed ops (elementwise_ops.h)
 #define AG_X_ENC(name, kinds, ...) \
   if (op == #name) return set(kX_##name, all_float && ((kinds) & ew::kF) != 0);
-#define AG_X_ENC_PRED(name, ...) \
-  if (op == #name) return set(kX_##name);
-#define AG_X_ENC_PARAM(name, kinds, m, a0, a1, a2, expr)                        \
-  if (op == #name) {                                                            \
-    const char* names[kParams] = {a0, a1, a2};                                  \
-    for (int j = 0; j < kParams; ++j)                                           \
-      if (names[j][0]) o->p[j] = ew::number_attr(a, names[j]).f;                \
-    return set(kX_##name, all_float);                                           \
-  }
-  AG_EW_UNARY_OPS(AG_X_ENC)
-  AG_EW_PREDICATE_OPS(AG_X_ENC_PRED)
-  AG_EW_UNARY_PARAM_OPS(AG_X_ENC_PARAM)
   AG_EW_BINARY_OPS(AG_X_ENC)
 #undef AG_X_ENC
-#undef AG_X_ENC_PRED
-#undef AG_X_ENC_PARAM
-  static const Simple any_ops[] = {{"logical_not", kLogicalNot}, {"isnan", kIsNan}, {"maximum", kMaximum},
-                                   {"minimum", kMinimum},        {"eq", kEq},       {"ne", kNe},
-                                   {"lt", kLt},                  {"le", kLe},       {"gt", kGt},
-                                   {"ge", kGe},                  {"logical_and", kLogicalAnd},
-                                   {"logical_or", kLogicalOr},   {"logical_xor", kLogicalXor},
-                                   {"where", kWhere}};
+  static const Simple any_ops[] = {{"maximum", kMaximum},       {"minimum", kMinimum},     {"eq", kEq},
+                                   {"ne", kNe},                 {"lt", kLt},               {"le", kLe},
+                                   {"gt", kGt},                 {"ge", kGe},               {"logical_and", kLogicalAnd},
+                                   {"logical_or", kLogicalOr},  {"logical_xor", kLogicalXor}, {"where", kWhere}};
   for (auto& s : any_ops)
     if (op == s.name) return set(s.code);
-  static const Simple bool_ops[] = {{"bitwise_not", kLogicalNot}, {"bitwise_and", kLogicalAnd},
-                                    {"bitwise_or", kLogicalOr},   {"bitwise_xor", kLogicalXor}};
+  // bool bitwise ops are logic on 0/1 (bitwise_not is logical_not's row)
+  static const Simple bool_ops[] = {{"bitwise_not", kX_logical_not}, {"bitwise_and", kLogicalAnd},
+                                    {"bitwise_or", kLogicalOr},      {"bitwise_xor", kLogicalXor}};
   for (auto& s : bool_ops)
     if (op == s.name) return set(s.code, all_bool);
   if (op == "convert") {
     o->p[0] = static_cast<double>(static_cast<int>(a.dtype("dtype")));
     return set(kConvert);
-  }
-  if (op == "leaky_relu") {
-    o->p[0] = a.f("negative_slope", 0.01);
-    return set(kLeakyRelu, all_float);
-  }
-  if (op == "gelu") {
-    std::string ap = a.s("approximate", "none");
-    if (ap == "none") return set(kGeluErf, all_float);
-    if (ap == "tanh") return set(kGeluTanh, all_float);
-    return false;
-  }
-  if (op == "clamp") {
-    int flags = 0;
-    if (a.has("min")) {
-      o->p[0] = ew::number_attr(a, "min").f;
-      flags |= 1;
-    }
-    if (a.has("max")) {
-      o->p[1] = ew::number_attr(a, "max").f;
-      flags |= 2;
-    }
-    o->p[2] = flags;
-    return set(kClamp, all_float && flags != 0);
-  }
-  if (op == "pow_scalar") {
-    o->p[0] = ew::number_attr(a, "exponent").f;
-    return set(kPowScalar, all_float);
   }
   if (op == "add" || op == "sub") {
     const bool alpha = a.has("alpha") && ew::number_attr(a, "alpha").f != 1;

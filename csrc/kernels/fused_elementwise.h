@@ -21,17 +21,15 @@
 #pragma once
 #include <cstdint>
 
+#include "ir/epilogue.h"
 #include "ir/graph.h"
+#include "ir/op_registry.h"
 #include "kernels/elementwise_ops.h"
 
 namespace ag::fe {
 
+// Instructions that are not rows of elementwise_ops.h (ops with dtype rules of their own).
 enum Code : int64_t {
-  // unary, float -> same dtype
-  kNeg = 1, kAbs, kRelu, kSilu, kTanh, kSigmoid, kErf, kExp, kLog, kLog1p, kExpm1, kRsqrt, kSqrt, kSin, kCos,
-  kReciprocal, kFloor, kCeil, kRound, kTrunc, kSign, kLeakyRelu, kGeluErf, kGeluTanh, kClamp, kPowScalar,
-  // unary -> bool
-  kLogicalNot = 40, kIsNan,
   // binary arithmetic, float
   kAdd = 60, kAddAlpha, kSub, kSubAlpha, kMul, kDiv, kDivTrunc, kPow, kAtan2,
   // binary, float or bool -> same dtype
@@ -44,29 +42,35 @@ enum Code : int64_t {
   kConvert = 130,
 };
 
-// The listed ops of elementwise_ops.h, one code each, in ranges by kind:
-// unary (same dtype), predicate (-> bool), unary with params p0..p2, binary.
+// The rows of elementwise_ops.h, one code each, in ranges by kind:
+// unary (same dtype), predicate (-> bool), unary with numbers p0..p2 (param and functor rows), binary.
 #define AG_X_CODE(name, ...) kX_##name,
 enum XCode : int64_t {
   kXUnaryBegin = 1000, AG_EW_UNARY_OPS(AG_X_CODE) kXUnaryEnd,
   kXPredBegin = 2000, AG_EW_PREDICATE_OPS(AG_X_CODE) kXPredEnd,
-  kXParamBegin = 3000, AG_EW_UNARY_PARAM_OPS(AG_X_CODE) kXParamEnd,
+  kXParamBegin = 3000, AG_EW_UNARY_PARAM_OPS(AG_X_CODE) AG_EW_UNARY_FUNCTOR_OPS(AG_X_CODE) kXParamEnd,
   kXBinaryBegin = 4000, AG_EW_BINARY_OPS(AG_X_CODE) kXBinaryEnd,
 };
 #undef AG_X_CODE
+// Each range holds its rows (a list that outgrew its range would run into the next one's codes).
+static_assert(kXUnaryEnd < kXPredBegin && kXPredEnd < kXParamBegin && kXParamEnd < kXBinaryBegin,
+              "elementwise_ops.h: a list has outgrown its code range");
+// The epilogue format names the binary post-ops by these codes (ir/epilogue.h).
+static_assert(kAdd == epi::kAdd && kSub == epi::kSub && kMul == epi::kMul && kDiv == epi::kDiv,
+              "ir/epilogue.h's binary codes must be the interpreter's");
 
-constexpr int kArgs = 3;    // operand slots per instruction
-constexpr int kParams = 3;  // scalar parameters per instruction
+constexpr int kArgs = FusedInstr::kMaxArgs;  // operand slots per instruction
+constexpr int kParams = 3;                   // scalar parameters per instruction (FusedInstr::p)
 
-struct Instr {
-  int64_t code = 0;
-  int nargs = 0;
-  double p[kParams] = {0, 0, 0};
-};
-
-// Encodes elementwise node `n` as one instruction of a fused program. False when
-// the op, its attributes or its dtypes are not supported inside a fused group
+// Encodes a node of an op that is not a row (binary arithmetic, comparisons, logic, where,
+// convert) as one instruction of a fused program: those ops register it as their OpDef::fuse.
+// False when the op, its attributes or its dtypes are not supported inside a fused group
 // (only float32/bfloat16/float16 and bool values; integer math stays unfused).
-bool encode(const Node& n, Instr* out);
+bool encode(const Node& n, FusedInstr* out);
+bool value_dtype_ok(DType t);  // a dtype fused values may have: f32, bf16, f16, bool
+
+// Runs one unary instruction (a unary, predicate, param or functor row) over n floats: the
+// interpreter's case, also used by the GEMM/conv epilogues (kernels/epilogue.cpp).
+void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t n);
 
 }  // namespace ag::fe

@@ -31,7 +31,7 @@ std::vector<TensorType> infer_embedding(const std::vector<TensorType>& in, const
   return {TensorType(in[0].dtype, s)};
 }
 
-std::unique_ptr<Kernel> make_embedding(const Node& n) {
+std::unique_ptr<Kernel> make_embedding(const Node& n, const BuildCtx& ctx) {
   const auto& w = n.inputs[0]->type;
   const int64_t V = w.size(0), count = n.inputs[1]->type.numel();
   const size_t row = static_cast<size_t>(w.size(1)) * dtype_size(w.dtype);
@@ -61,7 +61,7 @@ std::vector<TensorType> infer_index_select(const std::vector<TensorType>& in, co
   return {t};
 }
 
-std::unique_ptr<Kernel> make_index_select(const Node& n) {
+std::unique_ptr<Kernel> make_index_select(const Node& n, const BuildCtx& ctx) {
   const auto& x = n.inputs[0]->type;
   const int64_t dim = normalize_dim(n.attrs.i("dim"), x.rank());
   int64_t outer = 1, inner = 1;
@@ -101,7 +101,7 @@ std::vector<TensorType> infer_gather(const std::vector<TensorType>& in, const At
   return {TensorType(in[0].dtype, in[1].shape())};
 }
 
-std::unique_ptr<Kernel> make_gather(const Node& n) {
+std::unique_ptr<Kernel> make_gather(const Node& n, const BuildCtx& ctx) {
   const auto& x = n.inputs[0]->type;
   const auto& it = n.inputs[1]->type;
   const int64_t r = std::max<int64_t>(1, x.rank());
@@ -452,8 +452,8 @@ class IndexKernel final : public Kernel {
   ScratchLayout scratch_;
 };
 
-std::unique_ptr<Kernel> make_index(const Node& n) { return std::make_unique<IndexKernel>(n, false); }
-std::unique_ptr<Kernel> make_index_put(const Node& n) { return std::make_unique<IndexKernel>(n, true); }
+std::unique_ptr<Kernel> make_index(const Node& n, const BuildCtx& ctx) { return std::make_unique<IndexKernel>(n, false); }
+std::unique_ptr<Kernel> make_index_put(const Node& n, const BuildCtx& ctx) { return std::make_unique<IndexKernel>(n, true); }
 
 }  // namespace
 

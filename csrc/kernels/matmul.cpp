@@ -18,8 +18,9 @@
 #include <mutex>
 
 #include "kernels/common.h"
+#include "kernels/epilogue.h"
 #include "kernels/onednn_util.h"
-#include "runtime/background.h"
+#include "base/background.h"
 
 namespace ag {
 namespace {
@@ -105,7 +106,7 @@ struct GemmSpec {
 
 class GemmKernel final : public Kernel {
  public:
-  explicit GemmKernel(const GemmSpec& s) : s_(s) {
+  GemmKernel(const GemmSpec& s, const BuildCtx& ctx) : s_(s) {
     const size_t r = s.out.size();
     out_n_ = TensorType(DType::f32, s.out).numel();
     a_n_ = TensorType(DType::f32, s.a).numel();
@@ -124,6 +125,8 @@ class GemmKernel final : public Kernel {
       return;
     }
     if (try_gemv()) return;
+    // activations run by hand on the f32 result (epilogue.h): a 16-bit GEMM then writes f32
+    dst_f32_ = s.t != DType::f32 && s.epi.binary_end(0) < s.epi.ops.size();
     // 1. native dtype, 2. f32 emulation with bias fused, 3. f32 emulation, bias added by hand.
     if (s.t == DType::f32 || !build(to_dnnl(s.t), s.has_bias)) {
       emu_ = s.t != DType::f32;
@@ -135,7 +138,7 @@ class GemmKernel final : public Kernel {
     }
     mode_ = Mode::Dnnl;
     setup_emulation_buffers(true, s.b_const == nullptr);
-    prepare_weights();
+    prepare_weights(ctx);
     prepare_manual_bias();
     if (s.has_bias && !manual_bias_ && emu_) prepare_f32_bias();
     const size_t pad = std::max(exec_.scratch_bytes, deferred_ ? plain_exec_.scratch_bytes : size_t{0});
@@ -203,12 +206,13 @@ class GemmKernel final : public Kernel {
       const epi::Op& op = s_.epi.ops[i];
       if (op.input >= 0 && !op.cdata) args.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, in[op.input]);
     }
-    void* o = emu_ ? ScratchLayout::at(ctx, out_f32_) : out[0];
+    const bool f32_out = emu_ || dst_f32_;
+    void* o = f32_out ? ScratchLayout::at(ctx, out_f32_) : out[0];
     args.set(DNNL_ARG_DST, o);
     ex->run(args, ScratchLayout::at(ctx, pad_));
     if (manual_bias_) add_bias(static_cast<float*>(o), in, ctx);
     if (k_dnnl_ < s_.epi.ops.size()) s_.epi.apply_all(static_cast<float*>(o), out_n_ / s_.epi.L, in, k_dnnl_);
-    if (emu_) from_f32(s_.t, static_cast<float*>(o), out[0], out_n_);
+    if (f32_out) from_f32(s_.t, static_cast<float*>(o), out[0], out_n_);
   }
 
  private:
@@ -226,7 +230,7 @@ class GemmKernel final : public Kernel {
     k_dnnl_ = 0;
     if (s_.epi.empty() || (s_.has_bias && !with_bias)) return true;  // bias by hand: post-ops after it
     const std::string base = impl_;
-    for (size_t k = s_.epi.ops.size(); k >= 1; --k) {
+    for (size_t k = s_.epi.binary_end(0); k >= 1; --k) {  // (activations run by hand: epilogue.h)
       if (build_k(d, with_bias, k, &base)) {
         k_dnnl_ = k;
         return true;
@@ -270,7 +274,7 @@ class GemmKernel final : public Kernel {
   }
 
   bool make_pd(dnnl::matmul::primitive_desc& pd, dt d, bool with_bias, size_t k, const dnnl::memory::desc& bmd) const {
-    dnnl::memory::desc a_md = plain_desc(s_.a, d), o_md = plain_desc(s_.out, d);
+    dnnl::memory::desc a_md = plain_desc(s_.a, d), o_md = plain_desc(s_.out, dst_f32_ ? dt::f32 : d);
     dnnl::primitive_attr attr = default_attr();
     if (k) attr.set_post_ops(epi::to_dnnl_post_ops(s_.epi, 0, k));
     return try_make_pd(pd, [&] {
@@ -282,7 +286,7 @@ class GemmKernel final : public Kernel {
   void bind_exec(Exec& e, const dnnl::matmul::primitive_desc& pd, dt d, bool with_bias, size_t k) const {
     e.init(dnnl::matmul(pd), pd.scratchpad_desc());
     e.bind(DNNL_ARG_SRC, plain_desc(s_.a, d));
-    e.bind(DNNL_ARG_DST, plain_desc(s_.out, d));
+    e.bind(DNNL_ARG_DST, plain_desc(s_.out, dst_f32_ ? dt::f32 : d));
     if (with_bias) e.bind(DNNL_ARG_BIAS, plain_desc(s_.bias, d));
     e.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
     for (size_t i = 0; i < k; ++i) {
@@ -294,12 +298,12 @@ class GemmKernel final : public Kernel {
     }
   }
 
-  // Packing left for the background thread (runtime/background.h): a primitive for the weights
+  // Packing left for the background thread (base/background.h): a primitive for the weights
   // as they are stored serves until the packed copy is made. Not for weights widened to f32
   // (the widened copy costs what packing does), weights a PrepackCache shares between the
   // programs of a symbolic graph, or where the plain layout has only a reference implementation.
-  bool defer_packing() {
-    if (!background_allowed() || !s_.b_const || emu_ || active_prepack_cache() || b_md_ == b_plain_md_) return false;
+  bool defer_packing(const BuildCtx& ctx) {
+    if (!ctx.background || !s_.b_const || emu_ || ctx.prepack || b_md_ == b_plain_md_) return false;
     const dt d = to_dnnl(s_.t);
     const bool with_bias = s_.has_bias && !manual_bias_;
     dnnl::matmul::primitive_desc pd;
@@ -322,8 +326,9 @@ class GemmKernel final : public Kernel {
 
   // Per-call f32 copies of 16-bit operands, in the run's scratch.
   void setup_emulation_buffers(bool need_a, bool need_b) {
-    if (!emu_ && mode_ != Mode::ZeroK) return;
     if (s_.t == DType::f32) return;
+    if (dst_f32_ && !emu_) out_f32_ = scratch_.add(out_n_ * 4);
+    if (!emu_ && mode_ != Mode::ZeroK) return;
     if (need_a) a_f32_ = scratch_.add(a_n_ * 4);
     if (need_b) b_f32_ = scratch_.add(b_n_ * 4);
     out_f32_ = scratch_.add(out_n_ * 4);
@@ -348,12 +353,12 @@ class GemmKernel final : public Kernel {
     return b;
   }
 
-  void prepare_weights() {
+  void prepare_weights(const BuildCtx& ctx) {
     // (the packed primitive is made here, on the compiling thread, even when its weights are packed
     // later: made from this pd on the background thread, oneDNN's JIT crashed copying its post-ops)
     bind_exec(exec_, pd_, pd_d_, pd_bias_, pd_k_);
-    if (!s_.b_const || defer_packing()) return;
-    const void* w = prepack(s_.b_const, s_.t, b_n_, emu_, b_plain_md_, b_md_, packed_);
+    if (!s_.b_const || defer_packing(ctx)) return;
+    const void* w = prepack(ctx, s_.b_const, s_.t, b_n_, emu_, b_plain_md_, b_md_, packed_);
     exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
   }
 
@@ -363,7 +368,7 @@ class GemmKernel final : public Kernel {
     std::lock_guard<std::mutex> lk(pack_mu_);
     if (packed_ptr_.load(std::memory_order_acquire)) return;
     Buffer b;
-    const void* w = prepack(s_.b_const, s_.t, b_n_, false, b_plain_md_, b_md_, b);
+    const void* w = prepack(BuildCtx{}, s_.b_const, s_.t, b_n_, false, b_plain_md_, b_md_, b);
     packed_ = b;
     packed_ptr_.store(w, std::memory_order_release);  // (runs from now on use exec_ and the packed copy)
   }
@@ -545,12 +550,13 @@ class GemmKernel final : public Kernel {
   Shape bias_strides_;
   std::string name_ = "onednn_matmul", impl_;
   size_t k_dnnl_ = 0;  // post-ops [0, k_dnnl_) run inside the oneDNN primitive
+  bool dst_f32_ = false;  // a 16-bit primitive writing f32 for the activations run by hand
   int64_t M_ = 0, K_ = 0, N_ = 0;  // gemv
 };
 
 const void* const_data(const Value* v) { return v->is_const() && v->storage ? v->storage->data : nullptr; }
 
-std::unique_ptr<Kernel> make_matmul(const Node& n) {
+std::unique_ptr<Kernel> make_matmul(const Node& n, const BuildCtx& ctx) {
   GemmSpec s;
   s.t = n.inputs[0]->type.dtype;
   s.out = n.outputs[0]->type.shape();
@@ -564,10 +570,10 @@ std::unique_ptr<Kernel> make_matmul(const Node& n) {
     s.bias_const = const_data(n.inputs[2]);
   }
   s.epi = epi::parse(n, s.out, false);
-  return std::make_unique<GemmKernel>(s);
+  return std::make_unique<GemmKernel>(s, ctx);
 }
 
-std::unique_ptr<Kernel> make_linear(const Node& n) {
+std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
   GemmSpec s;
   s.t = n.inputs[0]->type.dtype;
   Shape x = n.inputs[0]->type.shape();
@@ -588,7 +594,7 @@ std::unique_ptr<Kernel> make_linear(const Node& n) {
     s.bias_const = const_data(n.inputs[2]);
   }
   s.epi = epi::parse(n, s.out, false);
-  return std::make_unique<GemmKernel>(s);
+  return std::make_unique<GemmKernel>(s, ctx);
 }
 
 }  // namespace

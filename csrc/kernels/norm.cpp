@@ -88,7 +88,7 @@ void run_rowwise(int64_t M, int64_t N, double eps_d, const T* x, const W* w, con
 }
 
 template <bool kRms>
-std::unique_ptr<Kernel> make_rowwise(const Node& n) {
+std::unique_ptr<Kernel> make_rowwise(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   const int64_t nd = n.attrs.i("normalized_ndim");
   int64_t N = 1;
@@ -177,7 +177,7 @@ void run_batch_norm(int64_t N, int64_t C, int64_t HW, double eps, const T* x, co
   }
 }
 
-std::unique_ptr<Kernel> make_batch_norm(const Node& n) {
+std::unique_ptr<Kernel> make_batch_norm(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   const int64_t N = x.size(0), C = x.size(1);
   const int64_t HW = C == 0 || N == 0 ? 0 : x.numel() / (N * C);
@@ -255,7 +255,7 @@ void run_group_norm(int64_t N, int64_t C, int64_t HW, int64_t G, double eps_d, c
   });
 }
 
-std::unique_ptr<Kernel> make_group_norm(const Node& n) {
+std::unique_ptr<Kernel> make_group_norm(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   const int64_t N = x.size(0), C = x.size(1), G = n.attrs.i("groups");
   const int64_t HW = N * C == 0 ? 0 : x.numel() / (N * C), numel = x.numel();

@@ -12,6 +12,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "base/kernel.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
 #include "ir/types.h"
@@ -95,13 +96,15 @@ struct Reorder {
 // Constant weights in a kernel's preferred layout: `src` (n elements of `t`) widened to f32
 // when `widen`, changed by `adjust` (a BatchNorm scale folded in, say), then reordered from
 // `from` to `to`. Returns the bytes the kernel reads: packed.data(), or `src` itself when no
-// copy was needed. Inside a PrepackScope, kernels that pack the same constant the same way
+// copy was needed. With ctx.prepack, kernels that pack the same constant the same way
 // (without `adjust`) share one packed copy: the programs one graph builds for its sizes keep one
 // copy of the weights, not one per size.
-const void* prepack(const void* src, DType t, int64_t n, bool widen, const dnnl::memory::desc& from,
-                    const dnnl::memory::desc& to, Buffer& packed, const std::function<void(float*)>& adjust = {});
+const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bool widen,
+                    const dnnl::memory::desc& from, const dnnl::memory::desc& to, Buffer& packed,
+                    const std::function<void(float*)>& adjust = {});
 
-// Packed weights shared within a scope (one set of bound weights). Holds them weakly: they live
+// Packed weights shared by the kernels of builds that name it in their BuildCtx (one set of bound
+// weights). Holds them weakly: they live
 // as long as a kernel uses them.
 class PrepackCache {
  public:
@@ -124,118 +127,7 @@ class PrepackCache {
   size_t hits_ = 0;
 };
 
-// The PrepackCache of the scope this thread is in (nullptr: none).
-PrepackCache* active_prepack_cache();
-
-// The thread count prepack() runs with on this thread until the scope ends (0: the thread's own).
-// Kernels built on several threads at once (compile_program) pack with one thread each.
-class PackThreadsScope {
- public:
-  explicit PackThreadsScope(int n);
-  ~PackThreadsScope();
-  PackThreadsScope(const PackThreadsScope&) = delete;
-  PackThreadsScope& operator=(const PackThreadsScope&) = delete;
-
- private:
-  int prev_;
-};
-
-// Makes `cache` the one prepack() uses on this thread until the scope ends.
-class PrepackScope {
- public:
-  explicit PrepackScope(PrepackCache* cache);
-  ~PrepackScope();
-  PrepackScope(const PrepackScope&) = delete;
-  PrepackScope& operator=(const PrepackScope&) = delete;
-
- private:
-  PrepackCache* prev_;
-};
-
 // A primitive attr with user-managed scratchpad and f32 fpmath left default.
 dnnl::primitive_attr default_attr();
 
 }  // namespace ag::dnnl_util
-
-// ---- fused epilogues ------------------------------------------------------------------
-// A GEMM/conv node may carry a chain of elementwise ops absorbed by the
-// fuse_epilogues pass, applied in order to its f32 result before the single
-// rounding to the output dtype:
-//   attrs "post_ops"   ints, one EpiCode per op
-//   attrs "post_args"  floats, two per op (relu: negative slope; clamp: lo, hi)
-//   attrs "post_inputs" int, how many inputs were appended to the node for the
-//                      binary ops (one each, in chain order, after the op's own
-//                      inputs)
-//   attrs "fused"      string, the absorbed nodes' FX names joined by ','
-// A binary op's operand has the output dtype or float32 and broadcasts to the
-// output without changing it: a scalar, the full output, a row over the last
-// dim (linear/matmul) or one value per channel (conv, dim 1).
-namespace ag::epi {
-
-enum Code : int64_t {
-  kRelu = 1,  // args: negative slope (0 for relu, leaky_relu otherwise)
-  kGeluErf = 2,
-  kGeluTanh = 3,
-  kSilu = 4,
-  kTanh = 5,
-  kSigmoid = 6,
-  kClamp = 7,  // args: lo, hi (+-inf when absent)
-  kAdd = 8,    // out = out + operand
-  kSub = 9,    // out = out - operand
-  kMul = 10,   // out = out * operand
-  kDiv = 11,   // out = out / operand
-};
-inline bool is_binary(int64_t c) { return c >= kAdd && c <= kDiv; }
-const char* code_name(int64_t c);
-
-// How a binary operand is indexed when the output is seen as [R, L] rows
-// (linear/matmul: L = last dim; conv: L = spatial size, R = batch * channels).
-enum class Mode : uint8_t { Scalar, Full, Col, Channel };
-
-// Classifies `operand` against the output for a GEMM op ("linear"/"matmul": scalar,
-// full, last-dim row; "conv": scalar, full, per channel). False when it does
-// not fit (a broadcast that would change the output, or another pattern).
-bool classify(const Shape& operand, const Shape& out, bool conv, Mode* mode);
-
-// Validates the post-op attributes and appended inputs of a GEMM node during
-// shape inference (`n_base`: the op's own input count). Throws with a message.
-void check_post_ops(const std::vector<TensorType>& in, size_t n_base, const Attrs& a, const TensorType& out,
-                    bool conv, const char* op);
-// The number of inputs the op itself has (the rest are post-op operands).
-inline size_t base_inputs(size_t n_inputs, const Attrs& a) {
-  return n_inputs - static_cast<size_t>(a.i("post_inputs", 0));
-}
-
-struct Op {
-  int64_t code = 0;
-  float a = 0, b = 0;
-  int input = -1;  // node input index of the operand (binary ops)
-  Mode mode = Mode::Scalar;
-  DType dt = DType::f32;
-  const void* cdata = nullptr;  // operand bytes when it is a constant
-  Shape shape;                  // operand shape padded to the output rank
-};
-
-// The post-op chain of a node, and a portable implementation of any suffix of
-// it on f32 row segments (used where oneDNN cannot take the op: GEMV, K = 0,
-// implementations without that post-op).
-struct Epilogue {
-  std::vector<Op> ops;
-  int64_t L = 1, C = 1;  // row length and channel count for Mode::Channel
-  bool empty() const { return ops.empty(); }
-  // Applies ops[k0..] to seg[0..n), which is output row r, columns j0..j0+n.
-  void apply(float* seg, int64_t r, int64_t j0, int64_t n, void* const* in, size_t k0) const;
-  // Applies ops[k0..] to a whole f32 output of R x L elements (parallel).
-  void apply_all(float* out, int64_t R, void* const* in, size_t k0) const;
-};
-// `view`: the shape the kernel computes (linear: [M, N]; matmul, conv: the output).
-Epilogue parse(const Node& n, const Shape& view, bool conv);
-
-// oneDNN post-ops for ops[k0..k). Operand descriptors are plain (operand_md),
-// except full operands when `full_md` is given (conv: the primitive's dst
-// layout; the kernel reorders the operand into it). The operand of op i is
-// bound to DNNL_ARG_ATTR_MULTIPLE_POST_OP(i - k0) | DNNL_ARG_SRC_1.
-dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md = nullptr);
-dnnl::memory::desc operand_md(const Op& op);
-
-}  // namespace ag::epi

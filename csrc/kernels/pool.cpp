@@ -112,7 +112,7 @@ void run_max_pool(const Pool2d& g, const T* x, T* y, int64_t* yi) {
   });
 }
 
-std::unique_ptr<Kernel> make_max_pool(const Node& n) {
+std::unique_ptr<Kernel> make_max_pool(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   Pool2d g = pool_geom("max_pool2d", x, n.attrs, true);
   const bool idx = n.attrs.b("indices", false);
@@ -172,7 +172,7 @@ void run_avg_pool(const Pool2d& g, bool include_pad, int64_t divisor, const T* x
   });
 }
 
-std::unique_ptr<Kernel> make_avg_pool(const Node& n) {
+std::unique_ptr<Kernel> make_avg_pool(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   Pool2d g = pool_geom("avg_pool2d", x, n.attrs, false);
   const bool inc = n.attrs.b("count_include_pad", true);
@@ -218,7 +218,7 @@ void run_adaptive(int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW, 
   });
 }
 
-std::unique_ptr<Kernel> make_adaptive(const Node& n) {
+std::unique_ptr<Kernel> make_adaptive(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   const int64_t H = x.size(x.rank() - 2), W = x.size(x.rank() - 1);
   const int64_t planes = x.numel() / (H * W);

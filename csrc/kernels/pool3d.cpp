@@ -121,7 +121,7 @@ void run_max_pool3d(const Geom& g, const T* x, T* y, int64_t* yi) {
   });
 }
 
-std::unique_ptr<Kernel> make_max_pool3d(const Node& n) {
+std::unique_ptr<Kernel> make_max_pool3d(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   Geom g = pool3d_geom("max_pool3d", x, n.attrs, true);
   const bool idx = n.attrs.b("indices", false);
@@ -182,7 +182,7 @@ void run_avg_pool3d(const Geom& g, bool include_pad, int64_t divisor, const T* x
   });
 }
 
-std::unique_ptr<Kernel> make_avg_pool3d(const Node& n) {
+std::unique_ptr<Kernel> make_avg_pool3d(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   Geom g = pool3d_geom("avg_pool3d", x, n.attrs, false);
   const bool inc = n.attrs.b("count_include_pad", true);
@@ -269,7 +269,7 @@ void run_adaptive3d(const Geom& g, const T* x, T* y, int64_t* yi) {
   });
 }
 
-std::unique_ptr<Kernel> make_adaptive_avg3d(const Node& n) {
+std::unique_ptr<Kernel> make_adaptive_avg3d(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   Geom g = adaptive_geom("adaptive_avg_pool3d", x, n.attrs, 3);
   std::unique_ptr<Kernel> k;
@@ -282,7 +282,7 @@ std::unique_ptr<Kernel> make_adaptive_avg3d(const Node& n) {
   return k;
 }
 
-std::unique_ptr<Kernel> make_adaptive_max(const Node& n) {
+std::unique_ptr<Kernel> make_adaptive_max(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   Geom g = adaptive_geom("adaptive_max_pool", x, n.attrs, adaptive_sp(n.attrs));
   const bool idx = n.attrs.b("indices", false);

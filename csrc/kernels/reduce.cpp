@@ -259,9 +259,9 @@ std::unique_ptr<Kernel> make_sum_like(const Node& n, const char* name) {
   });
   return k;
 }
-std::unique_ptr<Kernel> make_sum(const Node& n) { return make_sum_like<SumOp>(n, "sum"); }
-std::unique_ptr<Kernel> make_prod(const Node& n) { return make_sum_like<ProdOp>(n, "prod"); }
-std::unique_ptr<Kernel> make_mean(const Node& n) {
+std::unique_ptr<Kernel> make_sum(const Node& n, const BuildCtx& ctx) { return make_sum_like<SumOp>(n, "sum"); }
+std::unique_ptr<Kernel> make_prod(const Node& n, const BuildCtx& ctx) { return make_sum_like<ProdOp>(n, "prod"); }
+std::unique_ptr<Kernel> make_mean(const Node& n, const BuildCtx& ctx) {
   const TensorType& it = n.inputs[0]->type;
   ReduceGeom g = make_reduce_geom(it.shape(), reduce_mask("mean", it.rank(), n.attrs.ints("dims", {})));
   std::unique_ptr<Kernel> k;
@@ -298,10 +298,10 @@ struct AnyAllFor {
   template <typename T> using op = AnyAllOp<T, kAny>;
   template <typename T> using out = bool;
 };
-std::unique_ptr<Kernel> make_amax(const Node& n) { return make_same_type<ExtremeFor<true>>(n, "amax"); }
-std::unique_ptr<Kernel> make_amin(const Node& n) { return make_same_type<ExtremeFor<false>>(n, "amin"); }
-std::unique_ptr<Kernel> make_any(const Node& n) { return make_same_type<AnyAllFor<true>>(n, "any"); }
-std::unique_ptr<Kernel> make_all(const Node& n) { return make_same_type<AnyAllFor<false>>(n, "all"); }
+std::unique_ptr<Kernel> make_amax(const Node& n, const BuildCtx& ctx) { return make_same_type<ExtremeFor<true>>(n, "amax"); }
+std::unique_ptr<Kernel> make_amin(const Node& n, const BuildCtx& ctx) { return make_same_type<ExtremeFor<false>>(n, "amin"); }
+std::unique_ptr<Kernel> make_any(const Node& n, const BuildCtx& ctx) { return make_same_type<AnyAllFor<true>>(n, "any"); }
+std::unique_ptr<Kernel> make_all(const Node& n, const BuildCtx& ctx) { return make_same_type<AnyAllFor<false>>(n, "all"); }
 
 // ---- var: two passes (mean, then squared deviations) in double ------------
 template <typename T>
@@ -373,7 +373,7 @@ void run_var(const ReduceGeom& g, double corr, const T* x, T* y) {
     });
   }
 }
-std::unique_ptr<Kernel> make_var(const Node& n) {
+std::unique_ptr<Kernel> make_var(const Node& n, const BuildCtx& ctx) {
   const TensorType& it = n.inputs[0]->type;
   ReduceGeom g = make_reduce_geom(it.shape(), reduce_mask("var", it.rank(), n.attrs.ints("dims", {})));
   double corr = n.attrs.f("correction", 1.0);
@@ -463,7 +463,7 @@ void run_arg(int64_t O, int64_t R, int64_t I, const T* x, int64_t* y) {
   });
 }
 template <bool kMax>
-std::unique_ptr<Kernel> make_arg(const Node& n) {
+std::unique_ptr<Kernel> make_arg(const Node& n, const BuildCtx& ctx) {
   const TensorType& t = n.inputs[0]->type;
   int64_t O = 1, R = t.numel(), I = 1;
   if (n.attrs.has("dim") && t.rank() > 0) split_at_dim(t.shape(), normalize_dim(n.attrs.i("dim"), t.rank()), O, R, I);
@@ -513,7 +513,7 @@ void run_cumsum(int64_t O, int64_t R, int64_t I, const T* x, Tout* y) {
     }
   });
 }
-std::unique_ptr<Kernel> make_cumsum(const Node& n) {
+std::unique_ptr<Kernel> make_cumsum(const Node& n, const BuildCtx& ctx) {
   const TensorType& t = n.inputs[0]->type;
   int64_t O = 1, R = 1, I = 1;
   if (t.rank() > 0) split_at_dim(t.shape(), normalize_dim(n.attrs.i("dim"), t.rank()), O, R, I);

@@ -65,7 +65,7 @@ void run_rope(int64_t rows, int64_t h, const RowOffsets& ro, int64_t cl, int64_t
   });
 }
 
-std::unique_ptr<Kernel> make_rope(const Node& n) {
+std::unique_ptr<Kernel> make_rope(const Node& n, const BuildCtx& ctx) {
   const TensorType& xt = n.inputs[0]->type;
   const Shape xs = xt.shape();
   const int64_t D = xs.back(), h = D / 2, rows = D == 0 ? 0 : xt.numel() / D;

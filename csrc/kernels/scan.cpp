@@ -51,7 +51,7 @@ std::vector<TensorType> infer_logcumsumexp(const std::vector<TensorType>& in, co
 }
 
 // ---- cumprod ---------------------------------------------------------------------------
-std::unique_ptr<Kernel> make_cumprod(const Node& n) {
+std::unique_ptr<Kernel> make_cumprod(const Node& n, const BuildCtx& ctx) {
   ScanGeom g(n);
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_ALL(n.inputs[0]->type.dtype, "cumprod", [&] {
@@ -77,7 +77,7 @@ std::unique_ptr<Kernel> make_cumprod(const Node& n) {
 
 // ---- cummax / cummin ---------------------------------------------------------------------
 template <bool kMax>
-std::unique_ptr<Kernel> make_cumext(const Node& n) {
+std::unique_ptr<Kernel> make_cumext(const Node& n, const BuildCtx& ctx) {
   ScanGeom g(n);
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_ALL(n.inputs[0]->type.dtype, kMax ? "cummax" : "cummin", [&] {
@@ -124,7 +124,7 @@ inline double log_add_exp(double x, double y) {
   return x;  // both the same infinity
 }
 
-std::unique_ptr<Kernel> make_logcumsumexp(const Node& n) {
+std::unique_ptr<Kernel> make_logcumsumexp(const Node& n, const BuildCtx& ctx) {
   ScanGeom g(n);
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_FLOAT(n.inputs[0]->type.dtype, "logcumsumexp", [&] {

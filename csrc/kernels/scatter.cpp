@@ -267,7 +267,7 @@ class ScatterKernel final : public Kernel {
   size_t cnt_off_ = ScratchLayout::kNone;
 };
 
-std::unique_ptr<Kernel> make_scatter(const Node& n) {
+std::unique_ptr<Kernel> make_scatter(const Node& n, const BuildCtx& ctx) {
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_ALL(n.inputs[0]->type.dtype, "scatter", [&] { k = std::make_unique<ScatterKernel<scalar_t>>(n); });
   return k;
@@ -283,7 +283,7 @@ std::vector<TensorType> infer_masked_scatter(const std::vector<TensorType>& in, 
   return {in[0]};
 }
 
-std::unique_ptr<Kernel> make_masked_scatter(const Node& n) {
+std::unique_ptr<Kernel> make_masked_scatter(const Node& n, const BuildCtx& ctx) {
   const int64_t numel = n.inputs[0]->type.numel(), avail = n.inputs[2]->type.numel();
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_BYTES(dtype_size(n.inputs[0]->type.dtype), "masked_scatter", [&] {

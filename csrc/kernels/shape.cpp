@@ -38,7 +38,7 @@ std::vector<TensorType> infer_cat(const std::vector<TensorType>& in, const Attrs
   return {out};
 }
 
-std::unique_ptr<Kernel> make_cat(const Node& n) {
+std::unique_ptr<Kernel> make_cat(const Node& n, const BuildCtx& ctx) {
   const auto& ot = n.out()->type;
   std::vector<std::pair<int, StridedCopy>> parts;
   const TensorType* ref = nullptr;
@@ -84,7 +84,7 @@ std::vector<TensorType> infer_pad(const std::vector<TensorType>& in, const Attrs
   return {out};
 }
 
-std::unique_ptr<Kernel> make_pad(const Node& n) {
+std::unique_ptr<Kernel> make_pad(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   const auto& ot = n.out()->type;
   Shape p = n.attrs.ints("pads");
@@ -133,7 +133,7 @@ std::vector<TensorType> infer_roll(const std::vector<TensorType>& in, const Attr
   return {in[0]};
 }
 
-std::unique_ptr<Kernel> make_roll(const Node& n) {
+std::unique_ptr<Kernel> make_roll(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   Shape sh = t.shape(), cs = contiguous_strides(sh);
   const int64_t r = t.rank();
@@ -176,7 +176,7 @@ std::vector<TensorType> infer_tri(const std::vector<TensorType>& in, const Attrs
 }
 
 template <bool Lower>
-std::unique_ptr<Kernel> make_tri(const Node& n) {
+std::unique_ptr<Kernel> make_tri(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   const int64_t r = t.rank(), M = t.size(r - 2), N = t.size(r - 1);
   const int64_t rows = t.numel() / std::max<int64_t>(1, N) * (N ? 1 : 0);
@@ -216,7 +216,7 @@ std::vector<TensorType> infer_slice_scatter(const std::vector<TensorType>& in, c
   return {in[0]};
 }
 
-std::unique_ptr<Kernel> make_slice_scatter(const Node& n) {
+std::unique_ptr<Kernel> make_slice_scatter(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   SliceSpec s = slice_spec(t, n.attrs, "slice_scatter");
   Shape cs = contiguous_strides(t.shape());

@@ -114,7 +114,7 @@ void softmax_outer(int64_t O, int64_t R, int64_t I, const T* x, T* y) {
 }
 
 template <bool kLog>
-std::unique_ptr<Kernel> make_softmax(const Node& n) {
+std::unique_ptr<Kernel> make_softmax(const Node& n, const BuildCtx& ctx) {
   const TensorType& t = n.inputs[0]->type;
   int64_t O = 1, R = 1, I = 1;
   if (t.rank() > 0) split_at_dim(t.shape(), normalize_dim(n.attrs.i("dim"), t.rank()), O, R, I);

@@ -104,7 +104,7 @@ struct Desc {
   }
 };
 
-std::unique_ptr<Kernel> make_sort(const Node& n) {
+std::unique_ptr<Kernel> make_sort(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   const bool desc = n.attrs.b("descending", false);
   const DType dt = t.dtype;
@@ -145,7 +145,7 @@ std::vector<TensorType> infer_topk(const std::vector<TensorType>& in, const Attr
   return {v, TensorType(DType::i64, v.shape())};
 }
 
-std::unique_ptr<Kernel> make_topk(const Node& n) {
+std::unique_ptr<Kernel> make_topk(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   const int64_t K = n.attrs.i("k");
   const bool largest = n.attrs.b("largest", true), sorted = n.attrs.b("sorted", true);
@@ -216,7 +216,7 @@ std::vector<TensorType> infer_kthvalue(const std::vector<TensorType>& in, const 
   return {reduced(in[0], dim, kd, in[0].dtype), reduced(in[0], dim, kd, DType::i64)};
 }
 
-std::unique_ptr<Kernel> make_kthvalue(const Node& n) {
+std::unique_ptr<Kernel> make_kthvalue(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   const int64_t K = n.attrs.i("k");
   std::unique_ptr<Kernel> k;
@@ -242,7 +242,7 @@ std::vector<TensorType> infer_median(const std::vector<TensorType>& in, const At
   return {reduced(in[0], dim, kd, in[0].dtype), reduced(in[0], dim, kd, DType::i64)};
 }
 
-std::unique_ptr<Kernel> make_median(const Node& n) {
+std::unique_ptr<Kernel> make_median(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   const bool ignore_nan = n.attrs.b("ignore_nan", false);
   std::unique_ptr<Kernel> k;
@@ -280,7 +280,7 @@ std::unique_ptr<Kernel> make_median(const Node& n) {
 
 // ---- mode: std::sort by value (as PyTorch's CPU kernel), first longest run wins,
 // its last element's index -------------------------------------------------------------
-std::unique_ptr<Kernel> make_mode(const Node& n) {
+std::unique_ptr<Kernel> make_mode(const Node& n, const BuildCtx& ctx) {
   const auto& t = n.inputs[0]->type;
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_ALL(t.dtype, "mode", [&] {

@@ -31,12 +31,12 @@ std::vector<TensorType> infer_reshape(const std::vector<TensorType>& in, const A
   return {TensorType(in[0].dtype, shape)};
 }
 
-std::unique_ptr<Kernel> make_alias(const Node&) {
+std::unique_ptr<Kernel> make_alias(const Node&, const BuildCtx&) {
   // Never runs on the hot path's data: the planner points the output at the input.
   return make_fn_kernel("view", [](void* const*, void* const*) {});
 }
 
-std::unique_ptr<Kernel> make_clone(const Node& n) {
+std::unique_ptr<Kernel> make_clone(const Node& n, const BuildCtx& ctx) {
   size_t bytes = n.inputs[0]->type.nbytes();
   return make_fn_kernel("copy", [bytes](void* const* in, void* const* out) {
     if (in[0] != out[0] && bytes) std::memcpy(out[0], in[0], bytes);
@@ -68,7 +68,7 @@ std::vector<TensorType> infer_permute(const std::vector<TensorType>& in, const A
   return {t};
 }
 
-std::unique_ptr<Kernel> make_permute(const Node& n) {
+std::unique_ptr<Kernel> make_permute(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   Shape p = perm_of(n.attrs, it.rank(), "permute");
   Shape is = contiguous_strides(it.shape()), out = n.out()->type.shape();
@@ -101,7 +101,7 @@ std::vector<TensorType> infer_expand(const std::vector<TensorType>& in, const At
   return {TensorType(in[0].dtype, out)};
 }
 
-std::unique_ptr<Kernel> make_expand(const Node& n) {
+std::unique_ptr<Kernel> make_expand(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   Shape out = n.out()->type.shape();
   Shape bs = broadcast_strides(it.shape(), out);
@@ -116,7 +116,7 @@ std::vector<TensorType> infer_slice(const std::vector<TensorType>& in, const Att
   return {t};
 }
 
-std::unique_ptr<Kernel> make_slice(const Node& n) {
+std::unique_ptr<Kernel> make_slice(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   SliceSpec s = slice_spec(it, n.attrs, "slice");
   Shape is = contiguous_strides(it.shape()), out = n.out()->type.shape();
@@ -142,7 +142,7 @@ std::vector<TensorType> infer_select(const std::vector<TensorType>& in, const At
   return {t};
 }
 
-std::unique_ptr<Kernel> make_select(const Node& n) {
+std::unique_ptr<Kernel> make_select(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   auto [dim, index] = select_spec(it, n.attrs);
   Shape is = contiguous_strides(it.shape()), out = n.out()->type.shape();
@@ -201,7 +201,7 @@ std::vector<TensorType> infer_flip(const std::vector<TensorType>& in, const Attr
   return {in[0]};
 }
 
-std::unique_ptr<Kernel> make_flip(const Node& n) {
+std::unique_ptr<Kernel> make_flip(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   auto f = flip_dims(it, n.attrs);
   Shape sh = it.shape(), is = contiguous_strides(sh);
@@ -228,7 +228,7 @@ std::vector<TensorType> infer_repeat(const std::vector<TensorType>& in, const At
   return {TensorType(in[0].dtype, out)};
 }
 
-std::unique_ptr<Kernel> make_repeat(const Node& n) {
+std::unique_ptr<Kernel> make_repeat(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   Shape r = n.attrs.ints("repeats");
   const int64_t nr = static_cast<int64_t>(r.size()), rank = it.rank();
@@ -275,7 +275,7 @@ std::vector<TensorType> infer_as_strided(const std::vector<TensorType>& in, cons
   return {TensorType(in[0].dtype, strided_spec(in[0], a, "as_strided").size)};
 }
 
-std::unique_ptr<Kernel> make_as_strided(const Node& n) {
+std::unique_ptr<Kernel> make_as_strided(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   StridedSpec s = strided_spec(it, n.attrs, "as_strided");
   return strided_kernel("as_strided_copy", StridedCopy(s.size, s.stride, contiguous_strides(s.size), s.offset, 0,
@@ -302,7 +302,7 @@ std::vector<TensorType> infer_as_strided_scatter(const std::vector<TensorType>& 
   return {in[0]};
 }
 
-std::unique_ptr<Kernel> make_as_strided_scatter(const Node& n) {
+std::unique_ptr<Kernel> make_as_strided_scatter(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   StridedSpec s = strided_spec(it, n.attrs, "as_strided_scatter");
   StridedCopy plan(s.size, contiguous_strides(s.size), s.stride, 0, s.offset, dtype_size(it.dtype));

@@ -42,7 +42,7 @@ int fold_constants(Graph& g, size_t max_bytes) {
       outs.push_back(results.back()->data);
     }
     if (!n->op->has(kAlias)) {
-      auto k = n->op->make_kernel(*n);
+      auto k = n->op->make_kernel(*n, BuildCtx{});
       run_kernel_once(*k, ins.data(), outs.data());
     }
     for (size_t i = 0; i < n->outputs.size(); ++i) {

@@ -2,9 +2,9 @@
 // shape become one "fused_elementwise" node (kernels/fused_elementwise.h) that
 // runs the group as a small program, tile by tile, in one pass over memory.
 //
-// Which nodes: those fe::encode accepts (float32/bfloat16/float16 math,
-// comparisons, logical ops, where, convert between those and bool; integer
-// math stays unfused), with static shapes. Inputs from outside a group may
+// Which nodes: those whose op's OpDef::fuse encodes them as an instruction (declared with the
+// op in the registry: float32/bfloat16/float16 math, comparisons, logical ops, where, convert
+// between those and bool; integer math stays unfused), with static shapes. Inputs from outside a group may
 // broadcast into the group's shape, like in the single-op kernels.
 //
 // Grouping, in node order: a node joins the group(s) of the producers of its
@@ -26,7 +26,6 @@
 #include <unordered_set>
 
 #include "ir/op_registry.h"
-#include "kernels/fused_elementwise.h"
 #include "passes/passes.h"
 
 namespace ag {
@@ -49,16 +48,16 @@ int fuse_elementwise(Graph& g) {
   std::unordered_map<const Node*, int> index;
   for (int i = 0; i < n_nodes; ++i) index[nodes[i]] = i;
 
-  std::vector<fe::Instr> enc(n_nodes);
+  std::vector<FusedInstr> enc(n_nodes);
   std::vector<char> fusable(n_nodes, 0);
   for (int i = 0; i < n_nodes; ++i) {
     const Node& n = *nodes[i];
-    if (!n.op->has(kElementwise) || n.outputs.size() != 1 || !static_type(n.out())) continue;
+    if (!n.op->fuse || !n.op->has(kElementwise) || n.outputs.size() != 1 || !static_type(n.out())) continue;
     bool ok = true;
     for (Value* v : n.inputs) ok = ok && static_type(v);
     if (!ok) continue;
     try {
-      fusable[i] = fe::encode(n, &enc[i]);
+      fusable[i] = n.op->fuse(n, &enc[i]);
     } catch (const Error&) {
       fusable[i] = 0;  // an attribute of an unexpected type: leave the node alone
     }
@@ -142,10 +141,10 @@ int fuse_elementwise(Graph& g) {
     std::string fused;
     for (size_t k = 0; k < mem.size(); ++k) {
       const Node& n = *nodes[mem[k]];
-      const fe::Instr& in = enc[mem[k]];
+      const FusedInstr& in = enc[mem[k]];
       ops.push_back(in.code);
-      for (int j = 0; j < fe::kArgs; ++j) args.push_back(j < in.nargs ? slot.at(n.inputs[j]) : -1);
-      for (int j = 0; j < fe::kParams; ++j) params.push_back(in.p[j]);
+      for (int j = 0; j < FusedInstr::kMaxArgs; ++j) args.push_back(j < in.nargs ? slot.at(n.inputs[j]) : -1);
+      for (double p : in.p) params.push_back(p);
       const int64_t s = static_cast<int64_t>(ext.size() + k);
       slot[n.out()] = s;
       bool outside = graph_outs.count(n.out()) > 0;

@@ -1,11 +1,13 @@
 // Epilogue fusion: an elementwise op that is the only use of a "linear",
 // "matmul" or "conv" result, with the same output type, is absorbed into the
-// GEMM node as a post-op (applied by oneDNN on the f32 accumulator, or by the
-// kernel's own store loop), repeatedly, so that a chain
-//   conv -> batch_norm -> add(residual) -> relu
+// GEMM node as a post-op (run on the f32 result: binary ops by oneDNN or the
+// kernel, activations by the kernel as their fused instruction; kernels/epilogue.h),
+// repeatedly, so that a chain
+//   conv -> batch_norm -> add(residual) -> activation
 // becomes one node. Absorbed:
-//   relu, leaky_relu, gelu (none|tanh), silu, tanh, sigmoid, clamp (finite
-//   or one-sided bounds);
+//   the unary ops registered with `epilogue` (OpDef: the rows marked kEpi in
+//   kernels/elementwise_ops.h: the common activations and clamp),
+//   encoded by their own OpDef::fuse;
 //   add / sub / mul / div with a second operand of the output dtype (or a
 //   float32 scalar) that broadcasts to the output without changing it: a
 //   scalar, the full output (residual add, SwiGLU's gate product), a row over
@@ -20,14 +22,14 @@
 // (so an operand computed after the GEMM, like SwiGLU's up projection, is
 // defined before it); the consumer's output uses are redirected to it and dce
 // drops the old nodes. The absorbed FX names are kept in attr "fused"; the
-// post-op encoding is described in kernels/onednn_util.h.
+// post-op encoding is described in ir/epilogue.h.
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
 
+#include "ir/dtype.h"
+#include "ir/epilogue.h"
 #include "ir/op_registry.h"
-#include "kernels/common.h"
-#include "kernels/onednn_util.h"
 #include "passes/passes.h"
 
 namespace ag {
@@ -48,10 +50,10 @@ bool read_param(const Value* v, int64_t C, std::vector<float>* out) {
   switch (v->type.dtype) {
     case DType::f32: std::memcpy(out->data(), v->storage->data, C * 4); return true;
     case DType::bf16:
-      for (int64_t i = 0; i < C; ++i) (*out)[i] = load(static_cast<const bf16s*>(v->storage->data)[i]);
+      for (int64_t i = 0; i < C; ++i) (*out)[i] = bf16_to_f32(static_cast<const uint16_t*>(v->storage->data)[i]);
       return true;
     case DType::f16:
-      for (int64_t i = 0; i < C; ++i) (*out)[i] = load(static_cast<const f16s*>(v->storage->data)[i]);
+      for (int64_t i = 0; i < C; ++i) (*out)[i] = f16_to_f32(static_cast<const uint16_t*>(v->storage->data)[i]);
       return true;
     default: return false;
   }
@@ -163,56 +165,27 @@ class Fuser {
   }
 
   bool match(const Node& n, const Node& c, Value* v, bool via_reshape, Absorb* ab) {
-    std::string_view op = c.op->name;
     const bool conv = std::string_view(n.op->name) == "conv";
-    const Attrs& a = c.attrs;
-    auto unary = [&](int64_t code, double x = 0, double y = 0) {
-      if (c.inputs.size() != 1) return false;
-      ab->codes.push_back(code);
-      ab->args.push_back(x);
-      ab->args.push_back(y);
+    if (std::string_view(c.op->name) == "batch_norm") return !via_reshape && match_bn(n, c, v, conv, ab);
+    if (!c.op->epilogue || !c.op->fuse) return false;
+    FusedInstr fi;
+    try {
+      if (!c.op->fuse(c, &fi)) return false;
+    } catch (const Error&) {
+      return false;  // an attribute of an unexpected type: leave the node alone
+    }
+    if (c.inputs.size() == 1) {  // an activation, run as its fused instruction
+      if (epi::is_binary(fi.code) || !epi::unary_op(fi.code)) return false;
+      ab->codes.push_back(fi.code);
+      ab->args.insert(ab->args.end(), fi.p, fi.p + epi::kArgs);
       return true;
-    };
-    if (op == "relu") return unary(epi::kRelu);
-    if (op == "silu") return unary(epi::kSilu);
-    if (op == "tanh") return unary(epi::kTanh);
-    if (op == "sigmoid") return unary(epi::kSigmoid);
-    if (op == "gelu") {
-      std::string ap = a.s("approximate", "none");
-      if (ap == "none") return unary(epi::kGeluErf);
-      if (ap == "tanh") return unary(epi::kGeluTanh);
-      return false;
     }
-    if (op == "leaky_relu") {
-      double s;
-      if (!attr_number(a, "negative_slope", 0.01, &s) || !std::isfinite(s)) return false;
-      return unary(epi::kRelu, s);
-    }
-    if (op == "clamp") {
-      const double inf = std::numeric_limits<double>::infinity();
-      double lo, hi;
-      if (!attr_number(a, "min", -inf, &lo) || !attr_number(a, "max", inf, &hi)) return false;
-      if (std::isnan(lo) || std::isnan(hi)) return false;
-      // torch: max wins when min > max; the f32 kernel sees the bounds rounded to float
-      return unary(epi::kClamp, lo, hi);
-    }
-    if (op == "batch_norm") return !via_reshape && match_bn(n, c, v, conv, ab);
-    if (op != "add" && op != "sub" && op != "mul" && op != "div") return false;
-    if (c.inputs.size() != 2 || c.inputs[0] == c.inputs[1]) return false;
+    // add / sub / mul / div (no alpha, no rounding mode: those encode as other instructions)
+    const int64_t code = fi.code;
+    if (!epi::is_binary(code) || c.inputs.size() != 2 || c.inputs[0] == c.inputs[1]) return false;
     const int idx = c.inputs[0] == v ? 0 : 1;
     Value* other = c.inputs[1 - idx];
-    int64_t code = 0;
-    if (op == "add" || op == "sub") {
-      double alpha;
-      if (!attr_number(a, "alpha", 1.0, &alpha) || alpha != 1.0) return false;
-      if (op == "sub" && idx != 0) return false;
-      code = op == "add" ? epi::kAdd : epi::kSub;
-    } else if (op == "mul") {
-      code = epi::kMul;
-    } else {
-      if (idx != 0 || !a.s("rounding_mode", "").empty()) return false;
-      code = epi::kDiv;
-    }
+    if ((code == epi::kSub || code == epi::kDiv) && idx != 0) return false;  // the GEMM result on the left
     const TensorType& ot = other->type;
     const DType t = v->type.dtype;
     if (!(ot.dtype == t || (ot.dtype == DType::f32 && ot.numel() == 1))) return false;
@@ -231,8 +204,7 @@ class Fuser {
       }
     }
     ab->codes.push_back(code);
-    ab->args.push_back(0);
-    ab->args.push_back(0);
+    ab->args.insert(ab->args.end(), epi::kArgs, 0.0);
     ab->operands.push_back(other);
     ab->modes.push_back(mode);
     return true;
@@ -271,7 +243,7 @@ class Fuser {
     epi::Mode mode;
     if (!epi::classify(ps, out, conv, &mode)) return false;
     ab->codes = {epi::kMul, epi::kAdd};
-    ab->args = {0, 0, 0, 0};
+    ab->args.assign(2 * epi::kArgs, 0.0);
     ab->operands = {g_.add_const(pt, sa, c.name + ".scale"), g_.add_const(pt, sb, c.name + ".shift")};
     ab->modes = {mode, mode};
     (void)n;

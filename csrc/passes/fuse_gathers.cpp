@@ -19,7 +19,7 @@
 #include <unordered_set>
 
 #include "ir/op_registry.h"
-#include "kernels/separable_gather.h"
+#include "ir/separable_gather.h"
 #include "passes/passes.h"
 
 namespace ag {

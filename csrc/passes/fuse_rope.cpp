@@ -18,7 +18,7 @@
 #include <unordered_set>
 
 #include "ir/op_registry.h"
-#include "kernels/strided_copy.h"
+#include "ir/slice.h"
 #include "passes/chain_rewrite.h"
 #include "passes/passes.h"
 

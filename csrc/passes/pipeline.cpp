@@ -16,7 +16,10 @@
 //   materialize_outputs  last: outputs must be fresh buffers whatever came before
 // verify() runs after every pass that changed the graph, so a broken pass is
 // caught where it broke (a pass that reports no change left the graph as it was).
+#include <algorithm>
 #include <chrono>
+
+#include "base/error.h"
 
 #include "passes/passes.h"
 
@@ -28,6 +31,15 @@ std::vector<std::string> pass_names() {
 
 std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
   std::vector<PassStat> stats;
+  const std::vector<std::string> names = pass_names();
+  for (const std::string& d : opt.disabled) {
+    if (std::find(names.begin(), names.end(), d) != names.end() && d != "materialize_outputs") continue;
+    std::string valid;
+    for (const std::string& n : names)
+      if (n != "materialize_outputs") valid += (valid.empty() ? "" : ", ") + n;
+    fail("disable_passes: no pass is named '", d, "'", d == "materialize_outputs" ? " that can be switched off" : "",
+         " (passes: ", valid, ")");
+  }
   g.verify();
   auto run = [&](const std::string& name, auto&& fn) {
     if (opt.disabled.count(name)) return;

@@ -1,12 +1,12 @@
 // libairgraph_runtime: the public runner API (include/airgraph/runner.h) over the
-// engine's ag::Model (runtime/model.h). Converts types, checks DLPack tensors,
+// engine's ag::Model (model/model.h). Converts types, checks DLPack tensors,
 // and turns every engine error into airgraph::Error. No Python, no libtorch.
 #include "airgraph/runner.h"
 
 #include <new>
 
-#include "ir/error.h"
-#include "runtime/model.h"
+#include "base/error.h"
+#include "model/model.h"
 
 namespace airgraph {
 

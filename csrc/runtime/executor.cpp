@@ -8,43 +8,20 @@
 #include <system_error>
 #include <thread>
 
-#include "ir/error.h"
-#include "kernels/onednn_util.h"
-#include "runtime/background.h"
-#include "runtime/memory.h"
-#include "runtime/parallel.h"
+#include "base/error.h"
+#include "base/background.h"
+#include "base/memory.h"
+#include "base/parallel.h"
 
 namespace ag {
 namespace {
 std::shared_ptr<void> aligned_buffer(size_t nbytes) { return alloc_aligned(nbytes); }
-// Test-only: runs the real kernel, then adds 1 to every element of a float32
-// output (or flips the low bit of other dtypes' first byte).
-class FaultKernel final : public Kernel {
- public:
-  FaultKernel(std::unique_ptr<Kernel> k, DType t, int64_t n) : k_(std::move(k)), t_(t), n_(n) {}
-  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
-    k_->run(in, out, ctx);
-    if (t_ == DType::f32) {
-      for (int64_t i = 0; i < n_; ++i) static_cast<float*>(out[0])[i] += 1.0f;
-    } else if (n_ > 0) {
-      static_cast<unsigned char*>(out[0])[0] ^= 1;
-    }
-  }
-  std::string name() const override { return k_->name() + "+fault"; }
-  size_t scratch_bytes() const override { return k_->scratch_bytes(); }
-  std::unique_ptr<KernelState> make_state() const override { return k_->make_state(); }
-
- private:
-  std::unique_ptr<Kernel> k_;
-  DType t_;
-  int64_t n_;
-};
 }  // namespace
 
 namespace {
-std::unique_ptr<Kernel> make_kernel_of(const Node& n) {
+std::unique_ptr<Kernel> make_kernel_of(const Node& n, const BuildCtx& ctx) {
   try {
-    return n.op->make_kernel(n);
+    return n.op->make_kernel(n, ctx);
   } catch (const Error& e) {
     fail(e.what(), "\n  while preparing the kernel of ", n.context());
   } catch (const std::exception& e) {
@@ -63,7 +40,8 @@ struct Prebuilt {
   std::vector<std::exception_ptr> errors;
 };
 
-Prebuilt prebuild_heavy_kernels(const Graph& g, KernelCache* cache, std::vector<KernelCache::Entry>& cached) {
+Prebuilt prebuild_heavy_kernels(const Graph& g, const BuildCtx& ctx, KernelCache* cache,
+                                std::vector<KernelCache::Entry>& cached) {
   const auto& nodes = g.nodes();
   Prebuilt r;
   std::vector<size_t> todo;
@@ -81,20 +59,17 @@ Prebuilt prebuild_heavy_kernels(const Graph& g, KernelCache* cache, std::vector<
   r.errors.resize(nodes.size());
   if (cache) cached.resize(nodes.size());
   std::atomic<size_t> next{0};
-  const bool background = background_allowed();
-  dnnl_util::PrepackCache* prepack = dnnl_util::active_prepack_cache();
+  BuildCtx one = ctx;
+  one.pack_threads = 1;
   auto work = [&] {
     set_num_threads(threads);
-    BackgroundScope bg(background);
-    dnnl_util::PrepackScope pc(prepack);
-    dnnl_util::PackThreadsScope pack(1);
     for (size_t k; (k = next.fetch_add(1)) < todo.size();) {
       const size_t i = todo[k];
       try {
         if (cache)
-          cached[i] = cache->get(*nodes[i]);  // (a KernelCache makes a kernel outside its lock)
+          cached[i] = cache->get(*nodes[i], one);  // (a KernelCache makes a kernel outside its lock)
         else
-          r.kernels[i] = make_kernel_of(*nodes[i]);
+          r.kernels[i] = make_kernel_of(*nodes[i], one);
       } catch (...) {
         r.errors[i] = std::current_exception();
       }
@@ -123,7 +98,7 @@ size_t hash_types(size_t h, const std::vector<Value*>& vs) {
 }
 }  // namespace
 
-KernelCache::Entry KernelCache::get(const Node& n) {
+KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
   size_t h = hash_types(hash_types(std::hash<std::string>()(n.name) ^ std::hash<const void*>()(n.op), n.inputs),
                         n.outputs);
   auto same = [&](const Key& k) {
@@ -148,7 +123,7 @@ KernelCache::Entry KernelCache::get(const Node& n) {
         return it->second.second;
       }
   }
-  Entry made{make_kernel_of(n), std::make_shared<const std::string>(n.context())};
+  Entry made{make_kernel_of(n, ctx), std::make_shared<const std::string>(n.context())};
   Key k{{}, {}, n.attrs, n.name, {}};
   for (const Value* v : n.inputs) {
     k.in.push_back(v->type);
@@ -171,16 +146,15 @@ size_t KernelCache::size() const {
   return entries_.size();
 }
 
-std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, const std::string& fault_node,
-                                         KernelCache* kernels) {
-  if (!fault_node.empty()) kernels = nullptr;  // the fault hook wraps kernels of this program only
+std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& opt) {
+  KernelCache* kernels = opt.wrap ? nullptr : opt.kernels;  // wrapped kernels belong to this program only
   auto prog = std::make_shared<Program>();
   for (Value* v : g.inputs()) {
     AG_CHECK(v->type.is_static(), "input %", v->name, " has symbolic shape ", v->type.str(),
              "; specialize the graph before compiling it");
     prog->input_types.push_back(v->type);
   }
-  MemoryPlan plan = plan_memory(g, allow_inplace);
+  MemoryPlan plan = plan_memory(g, opt.allow_inplace);
   prog->arena_bytes = plan.arena_bytes;
   prog->external_bytes = plan.external_bytes;
   auto operand = [&](Value* v) {
@@ -204,7 +178,7 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     prog->arena_offsets.push_back(arena_off);
   };
   std::vector<KernelCache::Entry> cached;  // (made ahead through `kernels`)
-  Prebuilt pre = prebuild_heavy_kernels(g, kernels, cached);
+  Prebuilt pre = prebuild_heavy_kernels(g, opt.build, kernels, cached);
   for (auto& n : g.nodes()) {
     AG_CHECK(n->op->make_kernel != nullptr, "op ", n->op->name, " has no kernel: ", n->context());
     for (Value* v : n->inputs) AG_CHECK(v->type.is_static(), "symbolic shape reached the compiler: ", n->context());
@@ -217,12 +191,11 @@ std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace, con
     const size_t at = prog->instrs.size();
     if (at < pre.errors.size() && pre.errors[at]) std::rethrow_exception(pre.errors[at]);
     if (kernels) {
-      made = at < cached.size() && cached[at].kernel ? std::move(cached[at]) : kernels->get(*n);
+      made = at < cached.size() && cached[at].kernel ? std::move(cached[at]) : kernels->get(*n, opt.build);
     } else {
       std::unique_ptr<Kernel> k =
-          at < pre.kernels.size() && pre.kernels[at] ? std::move(pre.kernels[at]) : make_kernel_of(*n);
-      if (!fault_node.empty() && n->name == fault_node && !n->op->has(kAlias))
-        k = std::make_unique<FaultKernel>(std::move(k), n->outputs[0]->type.dtype, n->outputs[0]->type.numel());
+          at < pre.kernels.size() && pre.kernels[at] ? std::move(pre.kernels[at]) : make_kernel_of(*n, opt.build);
+      if (opt.wrap) k = opt.wrap(*n, std::move(k));
       made = {std::move(k), std::make_shared<const std::string>(n->context())};
     }
     ins.kernel = made.kernel.get();

@@ -12,6 +12,7 @@
 // each concurrent caller.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,7 +21,7 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
-#include "runtime/background.h"
+#include "base/background.h"
 #include "runtime/memory_planner.h"
 
 namespace ag {
@@ -69,7 +70,7 @@ class Program {
   size_t scratch_bytes = 0;   // the largest kernel scratch, placed after them in each executor's arena
   std::vector<std::shared_ptr<Storage>> constants;  // keeps every constant's bytes alive
   CompileStats stats;
-  // The kernels' work left for after the first run (runtime/background.h), or null.
+  // The kernels' work left for after the first run (base/background.h), or null.
   std::unique_ptr<DeferredWork> deferred;
 };
 
@@ -85,7 +86,7 @@ class KernelCache {
     std::shared_ptr<const Kernel> kernel;
     std::shared_ptr<const std::string> context;
   };
-  Entry get(const Node& n);  // makes the kernel on a miss
+  Entry get(const Node& n, const BuildCtx& ctx);  // makes the kernel on a miss (with `ctx`)
   size_t hits() const;
   size_t size() const;
 
@@ -102,12 +103,17 @@ class KernelCache {
   size_t hits_ = 0;
 };
 
+struct CompileOptions {
+  bool allow_inplace = true;        // the planner may put an output over a dying input's bytes
+  BuildCtx build;                   // what the kernel factories are given
+  KernelCache* kernels = nullptr;   // nodes seen before reuse their kernels (see KernelCache)
+  // Replaces each node's kernel by what it returns (debug tools: a planted fault, bindings/fault.h).
+  // A program built with it uses no KernelCache.
+  std::function<std::unique_ptr<Kernel>(const Node&, std::unique_ptr<Kernel>)> wrap;
+};
+
 // Graph must be verified and fully static. Keeps constants alive through the program.
-// `fault_node` is a test-only hook: the kernel of the node with that name gets
-// its first output perturbed after every run (to test accuracy bisection).
-// With `kernels`, nodes seen before reuse their kernels (see KernelCache).
-std::shared_ptr<Program> compile_program(const Graph& g, bool allow_inplace = true,
-                                         const std::string& fault_node = "", KernelCache* kernels = nullptr);
+std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& opt = {});
 
 // Arena memory shared by the programs one graph builds for its sizes (compiler.py's
 // SymbolicEngineGraph): an executor of such a program leases a buffer for each call instead of

@@ -65,6 +65,6 @@ def _load():
 
 C = _load()
 EngineError = C.EngineError
-# weights packed in the background (csrc/runtime/background.h): the running job finishes while
+# weights packed in the background (csrc/base/background.h): the running job finishes while
 # the interpreter still runs (it may release tensors), the queued ones are dropped
 atexit.register(C.stop_background)

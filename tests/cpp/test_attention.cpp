@@ -8,7 +8,7 @@
 #include "kernels/attention.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
-#include "runtime/parallel.h"
+#include "base/parallel.h"
 #include "test_util.h"
 
 namespace ag {

@@ -15,7 +15,7 @@ namespace ag {
 namespace {
 
 // t_addc: out = in + c (f32, elementwise)
-std::unique_ptr<Kernel> make_addc(const Node& n) {
+std::unique_ptr<Kernel> make_addc(const Node& n, const BuildCtx& ctx) {
   float c = static_cast<float>(n.attrs.f("c", 1.0));
   int64_t numel = n.inputs[0]->type.numel();
   return make_fn_kernel("t_addc", [c, numel](void* const* in, void* const* out) {
@@ -29,7 +29,7 @@ std::vector<TensorType> infer_addc(const std::vector<TensorType>& in, const Attr
   return {in[0]};
 }
 // t_add: out = a + b (same shapes)
-std::unique_ptr<Kernel> make_add(const Node& n) {
+std::unique_ptr<Kernel> make_add(const Node& n, const BuildCtx& ctx) {
   int64_t numel = n.inputs[0]->type.numel();
   return make_fn_kernel("t_add", [numel](void* const* in, void* const* out) {
     auto* a = static_cast<const float*>(in[0]);
@@ -42,11 +42,11 @@ std::vector<TensorType> infer_add(const std::vector<TensorType>& in, const Attrs
   AG_CHECK(in[0] == in[1], "t_add: shapes differ: ", in[0].str(), " vs ", in[1].str());
   return {in[0]};
 }
-std::unique_ptr<Kernel> make_fail(const Node&) {
+std::unique_ptr<Kernel> make_fail(const Node&, const BuildCtx&) {
   return make_fn_kernel("t_fail", [](void* const*, void* const*) { fail("index 7 out of range"); });
 }
 int g_runs_of_count = 0;
-std::unique_ptr<Kernel> make_count(const Node& n) {
+std::unique_ptr<Kernel> make_count(const Node& n, const BuildCtx& ctx) {
   int64_t numel = n.inputs[0]->type.numel();
   return make_fn_kernel("t_count", [numel](void* const* in, void* const* out) {
     ++g_runs_of_count;
@@ -425,7 +425,7 @@ TEST(Executor, ProgramsShareOneArenaOfTheLargestSize) {
     Value* b = g.add_node("t_addc", {a}, addc(2))->out();
     g.set_outputs({g.add_node("t_addc", {b}, addc(4))->out()});
     run_pipeline(g, PipelineOptions{.disabled = {"fuse_elementwise"}});
-    return compile_program(g, /*allow_inplace=*/false);
+    return compile_program(g, CompileOptions{.allow_inplace = false});
   };
   auto small = program(3), large = program(1000);
   ASSERT_GT(large->arena_bytes, small->arena_bytes);

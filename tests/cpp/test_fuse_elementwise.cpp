@@ -145,7 +145,7 @@ TEST(FuseElementwisePass, ChainBecomesOneNodeNamedAfterLast) {
   EXPECT_EQ(f.source, "model.py:1 in forward: gelu");
   EXPECT_EQ(f.attrs.s("fused"), "exp,mul,gelu");
   EXPECT_EQ(f.inputs.size(), 2u);
-  EXPECT_EQ(f.attrs.ints("ops"), (std::vector<int64_t>{fe::kExp, fe::kMul, fe::kGeluTanh}));
+  EXPECT_EQ(f.attrs.ints("ops"), (std::vector<int64_t>{fe::kX_exp, fe::kMul, fe::kX_gelu}));
   EXPECT_TRUE(f.out()->type == TensorType(DType::f32, {4, 8}));
 }
 
@@ -360,7 +360,7 @@ TEST(FusedKernel, InPlaceOverAnInputThatDies) {
 TEST(FusedKernel, MalformedProgramsThrowWithContext) {
   Graph g;
   Value* x = g.add_input(TensorType(DType::f32, {4}), "x");
-  Attrs a = attrs({{"ops", std::vector<int64_t>{fe::kExp}},
+  Attrs a = attrs({{"ops", std::vector<int64_t>{fe::kX_exp}},
                    {"args", std::vector<int64_t>{5, -1, -1}},
                    {"params", std::vector<double>{0, 0, 0}},
                    {"outputs", std::vector<int64_t>{1}}});

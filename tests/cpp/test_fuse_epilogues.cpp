@@ -14,7 +14,8 @@
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "kernels/common.h"
-#include "kernels/onednn_util.h"
+#include "kernels/fused_elementwise.h"
+#include "ir/epilogue.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "test_util.h"
@@ -211,7 +212,7 @@ TEST(FuseEpilogues, SeparateBiasAddBecomesTheBias) {
   };
   Built f = run_case(c, true), u = run_case(c, false);
   EXPECT_NE(f.text.find("= matmul(%x0, %c0, %x1) {"), std::string::npos) << f.text;
-  EXPECT_NE(f.text.find("post_ops=[5]"), std::string::npos) << f.text;
+  EXPECT_NE(f.text.find("post_ops=[" + std::to_string(fe::kX_tanh) + "]"), std::string::npos) << f.text;
   expect_near(f.out, u.out, 1e-6f, 1e-5f);
 }
 
@@ -331,17 +332,17 @@ TEST(FuseEpilogues, BadPostOpAttributesThrow) {
       EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
     }
   };
-  Attrs a = attrs({{"post_ops", std::vector<int64_t>{epi::kAdd}}, {"post_args", std::vector<double>{0, 0}},
+  Attrs a = attrs({{"post_ops", std::vector<int64_t>{epi::kAdd}}, {"post_args", std::vector<double>{0, 0, 0}},
                    {"post_inputs", int64_t{1}}});
   expect_error([&] { g.add_node("linear", {x, w, r}, a, "bad_bcast"); }, "does not fit the output");
   expect_error([&] { g.add_node("linear", {x, w, h}, a, "bad_dtype"); }, "must have the output dtype");
-  Attrs b = attrs({{"post_ops", std::vector<int64_t>{epi::kRelu}}, {"post_args", std::vector<double>{0}}});
-  expect_error([&] { g.add_node("linear", {x, w}, b, "bad_args"); }, "2 values per post-op");
-  Attrs c = attrs({{"post_ops", std::vector<int64_t>{99}}, {"post_args", std::vector<double>{0, 0}}});
+  Attrs b = attrs({{"post_ops", std::vector<int64_t>{fe::kX_relu}}, {"post_args", std::vector<double>{0}}});
+  expect_error([&] { g.add_node("linear", {x, w}, b, "bad_args"); }, "3 values per post-op");
+  Attrs c = attrs({{"post_ops", std::vector<int64_t>{99}}, {"post_args", std::vector<double>{0, 0, 0}}});
   expect_error([&] { g.add_node("linear", {x, w}, c, "bad_code"); }, "unknown post-op code 99");
   Value* full = g.add_input(TensorType(DType::f32, {4, 6}), "full");
   Attrs d = attrs({{"post_ops", std::vector<int64_t>{epi::kAdd, epi::kMul}},
-                   {"post_args", std::vector<double>{0, 0, 0, 0}}, {"post_inputs", int64_t{1}}});
+                   {"post_args", std::vector<double>{0, 0, 0, 0, 0, 0}}, {"post_inputs", int64_t{1}}});
   expect_error([&] { g.add_node("linear", {x, w, full}, d, "no_operand"); }, "post-op mul has no operand");
 }
 

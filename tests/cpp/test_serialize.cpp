@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "ir/error.h"
+#include "base/error.h"
 #include "ir/graph.h"
 #include "ir/serialize.h"
 #include "passes/passes.h"

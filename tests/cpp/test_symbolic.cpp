@@ -3,7 +3,7 @@
 // binding for another binding of its symbols.
 #include <gtest/gtest.h>
 
-#include "ir/error.h"
+#include "base/error.h"
 #include "ir/graph.h"
 #include "ir/serialize.h"
 #include "passes/passes.h"
@@ -227,9 +227,9 @@ TEST(KernelCache, ANodeSeenBeforeReusesItsKernel) {
   auto g = recorded_graph();  // x: [s0, 4] -> reshape [2*s0, 2] -> relu
   KernelCache cache;
   auto a = g->instantiate({3}), b = g->instantiate({3}), c = g->instantiate({5});
-  auto pa = compile_program(*a, true, "", &cache);
-  auto pb = compile_program(*b, true, "", &cache);
-  auto pc = compile_program(*c, true, "", &cache);
+  auto pa = compile_program(*a, CompileOptions{.kernels = &cache});
+  auto pb = compile_program(*b, CompileOptions{.kernels = &cache});
+  auto pc = compile_program(*c, CompileOptions{.kernels = &cache});
   ASSERT_EQ(pa->kernels.size(), pb->kernels.size());
   for (size_t i = 0; i < pa->kernels.size(); ++i) {
     EXPECT_EQ(pa->kernels[i], pb->kernels[i]) << i;
@@ -256,7 +256,7 @@ TEST(KernelCache, ANodeSeenBeforeReusesItsKernel) {
   };
   KernelCache wc;
   auto h1 = with_const(1.f), h2 = with_const(2.f);
-  auto p1 = compile_program(*h1, true, "", &wc), p2 = compile_program(*h2, true, "", &wc);
+  auto p1 = compile_program(*h1, CompileOptions{.kernels = &wc}), p2 = compile_program(*h2, CompileOptions{.kernels = &wc});
   EXPECT_NE(p1->kernels[0], p2->kernels[0]);
   EXPECT_EQ(wc.hits(), 0u);
   std::vector<float> xin(32, 1.f);

@@ -12,9 +12,9 @@
 
 #include "ir/graph.h"
 #include "passes/passes.h"
-#include "runtime/background.h"
+#include "base/background.h"
 #include "runtime/executor.h"
-#include "runtime/parallel.h"
+#include "base/parallel.h"
 #include "test_util.h"
 
 namespace ag {

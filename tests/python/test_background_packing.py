@@ -1,4 +1,4 @@
-"""Weights packed off the first call's path (runtime/background.h): a static graph's GEMMs run their
+"""Weights packed off the first call's path (base/background.h): a static graph's GEMMs run their
 first calls on the weights as stored and switch to oneDNN's packed layout once they are packed (after
 the first call returned: by the background thread in idle time, or a share at the end of each later
 call that left it none); every call, before, during and after the switch,

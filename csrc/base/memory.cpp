@@ -1,8 +1,8 @@
-#include "runtime/memory.h"
+#include "base/memory.h"
 
 #include <cstdlib>
 
-#include "ir/error.h"
+#include "base/error.h"
 
 namespace ag {
 

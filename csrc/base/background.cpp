@@ -1,4 +1,4 @@
-#include "runtime/background.h"
+#include "base/background.h"
 
 #include <pthread.h>
 
@@ -12,12 +12,11 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/parallel.h"
+#include "base/parallel.h"
 
 namespace ag {
 namespace {
 
-thread_local bool t_allowed = false;
 std::atomic<int> g_active_runs{0};
 std::atomic<uint64_t> g_run_starts{0};
 constexpr auto kIdle = std::chrono::milliseconds(1);  // no run for this long: the background thread may work
@@ -107,7 +106,6 @@ void wait_background_idle() {
   w->idle.wait(lk, [&] { return w->stop || (w->jobs.empty() && !w->running); });
 }
 
-bool background_allowed() { return t_allowed; }
 
 RunActivity::RunActivity() {
   g_active_runs.fetch_add(1, std::memory_order_acq_rel);
@@ -180,7 +178,5 @@ void DeferredWork::after_run(const std::shared_ptr<const void>& owner, double ru
   claimed_seen_.store(next_.load());
 }
 
-BackgroundScope::BackgroundScope(bool allow) : prev_(t_allowed) { t_allowed = allow; }
-BackgroundScope::~BackgroundScope() { t_allowed = prev_; }
 
 }  // namespace ag

@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "ir/op_registry.h"
+#include "base/kernel.h"
 
 namespace ag {
 
@@ -64,18 +64,5 @@ void wait_background_idle();
 // exit calls it (airgraph/_core.py) while the interpreter still runs, since a job may release
 // tensors that need it; the C library's exit calls it again (a no-op then).
 void stop_background();
-
-// Whether kernels made on this thread may leave work for later (the front's choice, per compile).
-bool background_allowed();
-class BackgroundScope {
- public:
-  explicit BackgroundScope(bool allow);
-  ~BackgroundScope();
-  BackgroundScope(const BackgroundScope&) = delete;
-  BackgroundScope& operator=(const BackgroundScope&) = delete;
-
- private:
-  bool prev_;
-};
 
 }  // namespace ag

@@ -1,16 +1,16 @@
 // Model: a loaded airgraph file that binds its symbols from input shapes, checks
 // the inputs, compiles one program per binding (LRU) and runs it on a pool of
 // executors. See model.h.
-#include "runtime/model.h"
+#include "model/model.h"
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 
-#include "ir/error.h"
+#include "base/error.h"
 #include "ir/serialize.h"
 #include "passes/passes.h"
-#include "runtime/parallel.h"
+#include "base/parallel.h"
 
 namespace ag {
 
@@ -244,7 +244,9 @@ std::shared_ptr<Model::Compiled> Model::compiled_for(const std::vector<int64_t>&
       auto g = graph_->instantiate(sizes);
       run_pipeline(*g, PipelineOptions{});
       auto c = std::make_shared<Compiled>();
-      c->program = compile_program(*g, true, "", &kernels_);
+      CompileOptions o;
+      o.kernels = &kernels_;
+      c->program = compile_program(*g, o);
       c->pool = std::make_unique<ExecutorPool>(c->program, arena_);
       slot->compiled = std::move(c);
     } catch (...) {

@@ -1,4 +1,4 @@
-#include "runtime/parallel.h"
+#include "base/parallel.h"
 
 namespace ag {
 namespace {

@@ -1,0 +1,70 @@
+// The kernel interface: what every layer above base/ agrees a compiled kernel is.
+//
+// A Kernel is made once per node at compile time (by the factory its op registers,
+// ir/op_registry.h), from the node and a BuildCtx, and is read-only from then on: one
+// kernel serves every executor, and so every calling thread, at once. Per-executor
+// mutable state lives in the KernelState it makes; per-run memory is the scratch an
+// executor lends it (RunCtx).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace ag {
+
+namespace dnnl_util {
+class PrepackCache;  // kernels/onednn_util.h: packed weights shared by the kernels of one build
+}
+
+// The settings of one build that reach the kernels it makes, passed to every kernel factory
+// (no thread-local side channel): who shares packed weights, whether packing may be left for
+// after the first run, and how many threads packing may use.
+struct BuildCtx {
+  // Kernels that pack the same constant the same way share one packed copy (the programs one
+  // graph builds for its sizes). nullptr: no sharing.
+  dnnl_util::PrepackCache* prepack = nullptr;
+  // Kernels may leave packing their constant weights for after the program's first run
+  // (base/background.h). Off for constant folding, symbolic graphs and tests that time packing.
+  bool background = false;
+  // Threads that packing a weight runs on (0: the building thread's own count). Kernels built
+  // on several threads at once (compile_program) pack with one thread each.
+  int pack_threads = 0;
+};
+
+// Per-executor mutable state of a kernel (oneDNN argument maps whose data
+// handles are re-pointed on every call). Made once per executor by
+// Kernel::make_state; never shared between executors.
+class KernelState {
+ public:
+  virtual ~KernelState() = default;
+};
+
+// What an executor lends a kernel for one run: `scratch` holds the kernel's
+// scratch_bytes() (64-byte aligned, owned by that executor, contents undefined
+// on entry), `state` is what make_state() returned for that executor.
+struct RunCtx {
+  void* scratch = nullptr;
+  KernelState* state = nullptr;
+};
+
+// A compiled kernel for one node. run() gets the node's input and output pointers in order
+// and writes nothing but its outputs, ctx.scratch and ctx.state. It must not allocate or
+// throw on the hot path except for data-dependent errors (an index out of range), which it
+// reports by throwing.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void run(void* const* in, void* const* out, const RunCtx& ctx) const = 0;
+  // Bytes of per-run scratch (temporary buffers, oneDNN scratchpads).
+  virtual size_t scratch_bytes() const { return 0; }
+  virtual std::unique_ptr<KernelState> make_state() const { return nullptr; }
+  virtual std::string name() const { return "kernel"; }  // e.g. "onednn_matmul_f32"
+  // Work left for after the program's first run (packing constant weights; base/background.h):
+  // 0 none, 1 left for later, 2 done. finish_background_work() runs once, on the background thread
+  // or at the end of a caller's run, while run() may be running on other threads, and makes later
+  // runs use its result.
+  virtual int background_work() const { return 0; }
+  virtual void finish_background_work() const {}
+};
+
+}  // namespace ag

@@ -1,0 +1,50 @@
+// Runs the post-op chain of a GEMM/conv node (the format is ir/epilogue.h). The binary ops
+// (add, sub, mul, div: one IEEE operation each) may run inside the oneDNN primitive as binary
+// post-ops; every unary op (the activations) runs here, as the fused interpreter's instruction of
+// its row (kernels/elementwise_ops.h), on the f32 result: the same code as the single-op kernel,
+// so an absorbed activation gives bit for bit what the unfused op gives, NaN and inf included.
+// (oneDNN's eltwise post-ops do not: its max/min-based activations turn NaN into 0, and its
+// transcendental ones are other approximations.)
+#pragma once
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "ir/epilogue.h"
+#include "ir/graph.h"
+
+namespace ag::epi {
+
+struct Op {
+  int64_t code = 0;
+  double p[kArgs] = {0, 0, 0};  // unary ops: the instruction's numbers
+  int input = -1;  // node input index of the operand (binary ops)
+  Mode mode = Mode::Scalar;
+  DType dt = DType::f32;
+  const void* cdata = nullptr;  // operand bytes when it is a constant
+  Shape shape;                  // operand shape padded to the output rank
+};
+
+// The post-op chain of a node, and its implementation on f32 row segments.
+struct Epilogue {
+  std::vector<Op> ops;
+  int64_t L = 1, C = 1;  // row length and channel count for Mode::Channel
+  bool empty() const { return ops.empty(); }
+  // Applies ops[k0..] to seg[0..n), which is output row r, columns j0..j0+n.
+  void apply(float* seg, int64_t r, int64_t j0, int64_t n, void* const* in, size_t k0) const;
+  // Applies ops[k0..] to a whole f32 output of R x L elements (parallel).
+  void apply_all(float* out, int64_t R, void* const* in, size_t k0) const;
+  // The end of the run of binary ops from k0 (the ops a oneDNN primitive may take as post-ops).
+  size_t binary_end(size_t k0) const;
+};
+// `view`: the shape the kernel computes (linear: [M, N]; matmul, conv: the output).
+Epilogue parse(const Node& n, const Shape& view, bool conv);
+
+// oneDNN binary post-ops for ops[k0..k) (all binary: k <= binary_end(k0)). Operand descriptors
+// are plain (operand_md), except full operands when `full_md` is given (conv: the primitive's
+// dst layout; the kernel reorders the operand into it). The operand of op i is bound to
+// DNNL_ARG_ATTR_MULTIPLE_POST_OP(i - k0) | DNNL_ARG_SRC_1.
+dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md = nullptr);
+dnnl::memory::desc operand_md(const Op& op);
+
+}  // namespace ag::epi
