@@ -210,3 +210,29 @@ def test_fallback_with_default_config():
     got = torch.compile(f, backend="airgraph", dynamic=False)(x)
     with torch.no_grad():
         assert_close(got, f(x))
+
+
+@pytest.mark.parametrize("act", [nn.ReLU(), nn.Hardtanh(), nn.ReLU6(), nn.LeakyReLU(0.1), nn.GELU(), nn.SiLU(),
+                                 nn.Sigmoid(), nn.Tanh()], ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("gemm", ["conv", "linear"])
+def test_fused_activation_keeps_nan_and_inf_like_eager(act, gemm):
+    # The reported case: nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()) on an input with one NaN gave 0
+    # NaN outputs (oneDNN's fused ReLU/clip post-op turns NaN into 0) where eager gives 72.
+    torch.manual_seed(0)
+    # (eager's exact GELU gives NaN at +inf where the limit, and airgraph, give +inf: no inf for it)
+    inf = float("nan") if isinstance(act, nn.GELU) else float("inf")
+    if gemm == "conv":
+        m = nn.Sequential(nn.Conv2d(3, 8, 3), act).eval()
+        x = torch.randn(1, 3, 12, 12)
+        x[0, 1, 5, 7] = float("nan")
+        x[0, 2, 1, 1] = inf
+    else:
+        m = nn.Sequential(nn.Linear(16, 24), act).eval()
+        x = torch.randn(6, 16)
+        x[1, 3] = float("nan")
+        x[4, 0] = inf
+    want = m(x)
+    got = check(m, x)  # NaN where eager has NaN (assert_close with equal_nan), everything else close
+    assert int(torch.isnan(want).sum()) > 0
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))

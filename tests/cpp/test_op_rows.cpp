@@ -1,0 +1,245 @@
+// Every unary row of kernels/elementwise_ops.h, enumerated from the registry (so a new row is
+// tested without touching this file, unless it needs attributes: kRowAttrs), gives bit for bit
+// the same result as
+//   - its single-op kernel,
+//   - its instruction in a fused_elementwise node (float32, bfloat16, float16),
+//   - its GEMM epilogue (linear + op) and convolution epilogue (conv + op), rows marked kEpi,
+// on values that include NaN, both infinities, signed zeros, tiny and huge numbers. The GEMMs
+// compute their outputs exactly (zero weights: the result is the bias), so whatever differs
+// is the op's implementation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/op_registry.h"
+#include "passes/passes.h"
+#include "runtime/executor.h"
+#include "test_util.h"
+
+namespace ag {
+namespace {
+
+using test::attrs;
+
+// Attributes for the rows that need them (several settings where the row has modes).
+const std::map<std::string, std::vector<Attrs>>& row_attrs() {
+  static const std::map<std::string, std::vector<Attrs>> m = {
+      {"leaky_relu", {attrs({{"negative_slope", 0.2}}), Attrs{}}},
+      {"gelu", {attrs({{"approximate", std::string("none")}}), attrs({{"approximate", std::string("tanh")}})}},
+      {"clamp",
+       {attrs({{"min", -1.0}, {"max", 2.0}}), attrs({{"min", 0.0}}), attrs({{"max", 6.0}}),
+        attrs({{"min", 3.0}, {"max", 1.0}})}},
+      {"pow_scalar",
+       {attrs({{"exponent", 2.0}}), attrs({{"exponent", 0.5}}), attrs({{"exponent", -1.0}}),
+        attrs({{"exponent", 3.3}})}},
+      {"logit", {attrs({{"lo", 0.1}, {"hi", 0.9}})}},
+      {"nan_to_num", {attrs({{"nan", 0.0}, {"posinf", 100.0}, {"neginf", -100.0}})}},
+      {"elu", {attrs({{"alpha", 1.0}, {"scale", 1.0}, {"input_scale", 1.0}}),
+               attrs({{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}, {"input_scale", 1.0}})}},
+      {"threshold", {attrs({{"threshold", 0.5}, {"value", -2.0}})}},
+      {"polygamma", {attrs({{"n", int64_t{1}}})}},
+  };
+  return m;
+}
+
+std::vector<Attrs> settings(const std::string& op) {
+  auto it = row_attrs().find(op);
+  return it == row_attrs().end() ? std::vector<Attrs>{Attrs{}} : it->second;
+}
+
+// The values every row sees: specials and a spread of ordinary ones.
+std::vector<float> values() {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v = {nan, -nan, inf, -inf, 0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.5f, -2.5f, 1e-30f,
+                          -1e-30f, 1e-3f, 3.0f, -3.0f, 7.9f, -7.9f, 20.0f, -20.0f, 88.5f, -88.5f, 100.0f, 3e38f, -3e38f,
+                          0.25f, 0.75f, 0.999f, -0.999f, 6.0f, -6.0f};
+  return v;
+}
+
+bool same_bits(float a, float b) {
+  if (a != a && b != b) return true;  // any NaN (its payload is not part of the contract)
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
+std::shared_ptr<Storage> f32_storage(const std::vector<float>& v) {
+  auto s = Storage::allocate(v.size() * 4);
+  std::memcpy(s->data, v.data(), v.size() * 4);
+  return s;
+}
+
+// Runs a graph (no passes unless `pipeline`) on f32 input data; returns output 0 as floats.
+std::vector<float> run(Graph& g, const std::vector<void*>& in, const PipelineOptions* pipeline = nullptr,
+                       std::string* text = nullptr) {
+  if (pipeline) run_pipeline(g, *pipeline);
+  if (text) *text = g.str();
+  Executor ex(compile_program(g));
+  auto outs = ex.run(in);
+  const TensorType& t = outs[0].type;
+  std::vector<float> r(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (t.dtype) {
+      case DType::f32: r[i] = static_cast<const float*>(outs[0].data)[i]; break;
+      case DType::bf16: r[i] = bf16_to_f32(static_cast<const uint16_t*>(outs[0].data)[i]); break;
+      case DType::f16: r[i] = f16_to_f32(static_cast<const uint16_t*>(outs[0].data)[i]); break;
+      case DType::b8: r[i] = static_cast<const bool*>(outs[0].data)[i] ? 1.0f : 0.0f; break;
+      default: ADD_FAILURE() << "unexpected output dtype";
+    }
+  }
+  return r;
+}
+
+std::vector<uint16_t> to_half(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = t == DType::bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  return r;
+}
+
+std::vector<const OpDef*> unary_rows() {
+  std::vector<const OpDef*> r;
+  for (const OpDef* d : all_ops())
+    if (d->fused_code != 0 && d->min_inputs == 1 && d->max_inputs == 1) r.push_back(d);
+  return r;
+}
+
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const std::vector<float> v = values();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!same_bits(got[i], want[i])) {
+      ADD_FAILURE() << what << ": element " << i << " (value " << v[i % v.size()] << ") is " << got[i]
+                    << ", the single-op kernel gives " << want[i];
+      return;
+    }
+}
+
+TEST(OpRows, EveryUnaryRowIsRegisteredFromTheTable) {
+  auto rows = unary_rows();
+  EXPECT_GE(rows.size(), 60u);  // the table's unary, predicate, param and functor rows
+  int epi = 0;
+  for (const OpDef* d : rows) {
+    EXPECT_TRUE(d->fuse != nullptr) << d->name;
+    EXPECT_TRUE(d->has(kElementwise)) << d->name;
+    epi += d->epilogue;
+  }
+  EXPECT_GE(epi, 7) << "relu, leaky_relu, gelu, silu, tanh, sigmoid, clamp";
+}
+
+TEST(OpRows, FusedInstructionIsBitIdenticalToTheSingleOpKernel) {
+  const std::vector<float> v = values();
+  const int64_t n = static_cast<int64_t>(v.size());
+  for (const OpDef* d : unary_rows()) {
+    for (const Attrs& a : settings(d->name)) {
+      for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+        const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
+        TensorType tt(t, {n});
+        std::vector<uint16_t> half = to_half(v, t);
+        void* data = t == DType::f32 ? const_cast<float*>(v.data()) : static_cast<void*>(half.data());
+        // the single-op kernel
+        Graph g1;
+        Node* node;
+        try {
+          node = g1.add_node(d->name, {g1.add_input(tt, "x")}, a, "op");
+        } catch (const Error& e) {
+          if (t != DType::f32) continue;  // (a row that takes no 16-bit floats)
+          ADD_FAILURE() << what << ": " << e.what() << " (give the row test attributes in row_attrs)";
+          continue;
+        }
+        g1.set_outputs({node->out()});
+        std::vector<float> want = run(g1, {data});
+        // its fused instruction, alone in a fused_elementwise node
+        FusedInstr fi;
+        ASSERT_TRUE(d->fuse(*node, &fi)) << what;
+        Graph g2;
+        Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
+                          {"args", std::vector<int64_t>{0, -1, -1}},
+                          {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
+                          {"outputs", std::vector<int64_t>{1}}});
+        Node* f = g2.add_node("fused_elementwise", {g2.add_input(tt, "x")}, fa, "fused");
+        g2.set_outputs({f->out()});
+        expect_same(run(g2, {data}), want, what + " fused");
+      }
+    }
+  }
+}
+
+// linear(x, 0, bias) or conv(x, 0, bias) computes bias exactly; the row runs as its epilogue.
+TEST(OpRows, GemmAndConvEpiloguesAreBitIdenticalToTheSingleOpKernel) {
+  const std::vector<float> v = values();
+  const int64_t n = static_cast<int64_t>(v.size());
+  int checked = 0;
+  for (const OpDef* d : unary_rows()) {
+    if (!d->epilogue) continue;
+    for (const Attrs& a : settings(d->name)) {
+      const std::string what = std::string(d->name) + " {" + a.str() + "}";
+      for (bool conv : {false, true}) {
+        std::vector<float> got, want;
+        for (bool fuse : {true, false}) {  // fused, then the single-op kernel on the same GEMM result
+          Graph g;
+          const int64_t K = 4;
+          std::vector<float> x(2 * K, 0.75f);
+          Value *xin, *gemm;
+          if (!conv) {  // [2, K] @ [n, K]^T + bias[n]: both rows are the bias
+            xin = g.add_input(TensorType(DType::f32, {2, K}), "x");
+            Value* w = g.add_const(TensorType(DType::f32, {n, K}), f32_storage(std::vector<float>(n * K, 0.0f)), "w");
+            Value* b = g.add_const(TensorType(DType::f32, {n}), f32_storage(v), "b");
+            gemm = g.add_node("linear", {xin, w, b}, {}, "linear")->out();
+          } else {  // 1x1 conv, n output channels, zero weights: channel c is bias[c] everywhere
+            xin = g.add_input(TensorType(DType::f32, {1, K, 1, 2}), "x");
+            Value* w =
+                g.add_const(TensorType(DType::f32, {n, K, 1, 1}), f32_storage(std::vector<float>(n * K, 0.0f)), "w");
+            Value* b = g.add_const(TensorType(DType::f32, {n}), f32_storage(v), "b");
+            Attrs ca = attrs({{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{0, 0}},
+                              {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
+            gemm = g.add_node("conv", {xin, w, b}, ca, "conv")->out();
+          }
+          g.set_outputs({g.add_node(d->name, {gemm}, a, "act")->out()});
+          PipelineOptions opt;
+          opt.disabled = {"fold_constants"};  // (the zero weights must stay a GEMM)
+          if (!fuse) opt.disabled.insert("fuse_epilogues");
+          std::string text;
+          (fuse ? got : want) = run(g, {x.data()}, &opt, &text);
+          ASSERT_EQ(text.find("post_ops") != std::string::npos, fuse)
+              << what << (conv ? " conv" : " linear") << ":\n" << text;
+        }
+        expect_same(got, want, what + (conv ? " conv epilogue" : " linear epilogue"));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 14);
+}
+
+// The reported case: a convolution followed by ReLU on an input holding one NaN keeps the NaN
+// in every output it reaches, as eager does (oneDNN's fused ReLU turned them into 0).
+TEST(OpRows, ConvReluKeepsNaN) {
+  Graph g;
+  Value* x = g.add_input(TensorType(DType::f32, {1, 3, 8, 8}), "x");
+  std::vector<float> w = test::randn(8 * 3 * 3 * 3, 5), b = test::randn(8, 6);
+  Value* wc = g.add_const(TensorType(DType::f32, {8, 3, 3, 3}), f32_storage(w), "w");
+  Value* bc = g.add_const(TensorType(DType::f32, {8}), f32_storage(b), "b");
+  Attrs ca = attrs({{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{0, 0}},
+                    {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
+  Value* y = g.add_node("conv", {x, wc, bc}, ca, "conv")->out();
+  g.set_outputs({g.add_node("relu", {y}, {}, "relu")->out()});
+  std::vector<float> xv = test::randn(3 * 8 * 8, 7);
+  xv[3 * 8 + 4] = std::numeric_limits<float>::quiet_NaN();  // channel 0, row 3, col 4
+  PipelineOptions opt;
+  std::string text;
+  std::vector<float> out = run(g, {xv.data()}, &opt, &text);
+  ASSERT_NE(text.find("post_ops"), std::string::npos) << text;
+  int nans = 0;
+  for (float o : out) nans += o != o;
+  EXPECT_EQ(nans, 8 * 3 * 3) << "every output window over the NaN, in all 8 channels";
+}
+
+}  // namespace
+}  // namespace ag
