@@ -123,12 +123,22 @@ def _celu(ctx, node, x, alpha=1.0):
     return ctx.emit("elu", [v], {"alpha": float(alpha), "scale": 1.0, "input_scale": 1.0 / float(alpha)})
 
 
-@lowering(aten.elu.default)
-def _elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
-    if not all(_is_scalar(s) for s in (alpha, scale, input_scale)):
-        raise Unsupported("elu with non-number coefficients")
-    v, _ = _float_input(ctx, x, "elu")
-    return ctx.emit("elu", [v], {"alpha": float(alpha), "scale": float(scale), "input_scale": float(input_scale)})
+# ---- unary with numeric attributes, floating result: one row per op (engine op, ATen targets, the
+# ATen op's numeric arguments after x with their defaults, which the engine op takes as attributes of
+# the same names); a C++ row of AG_EW_UNARY_PARAM_OPS computes it.
+for _op, _targets, _params in [
+    ("elu", [aten.elu.default], {"alpha": 1.0, "scale": 1.0, "input_scale": 1.0}),
+]:
+    def _float_param_unary(ctx, node, x, *args, _op=_op, _params=_params, **kwargs):
+        vals = dict(_params)
+        vals.update(zip(_params, args))
+        vals.update(kwargs)
+        if not all(_is_scalar(v) for v in vals.values()):
+            raise Unsupported(f"{_op} with non-number arguments")
+        v, _ = _float_input(ctx, x, _op)
+        return ctx.emit(_op, [v], {k: float(val) for k, val in vals.items()})
+
+    lowering(*_targets)(_float_param_unary)
 
 
 @lowering(aten.threshold.default)
