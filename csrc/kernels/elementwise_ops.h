@@ -101,7 +101,8 @@ constexpr int kMath = kMathRow;
   X(elu, kF, kMath, "alpha", "scale", "input_scale",                                                 \
     C(x <= C(0) ? C(std::expm1(x * p2) * C(p0 * p1)) : C(x * p1)))                                  \
   X(threshold, kFI, 0, "threshold", "value", "", C(x <= p0 ? p1 : x))                           \
-  X(polygamma, kF, kMath, "n", "", "", math::polygamma_(x, p0))
+  X(polygamma, kF, kMath, "n", "", "", math::polygamma_(x, p0))                                          \
+  X(hardshrink, kF, kEpi, "lambd=0.5", "", "", C((x >= -p0 && x <= p0) ? C(0) : x))
 
 // Unary ops whose attributes need code (their functors are in kernels/elementwise_rows.h, with
 // the same two constructors and one operator() as the generated ones).  X(name, Functor, kinds, flags)

@@ -128,6 +128,7 @@ def _celu(ctx, node, x, alpha=1.0):
 # the same names); a C++ row of AG_EW_UNARY_PARAM_OPS computes it.
 for _op, _targets, _params in [
     ("elu", [aten.elu.default], {"alpha": 1.0, "scale": 1.0, "input_scale": 1.0}),
+    ("hardshrink", [aten.hardshrink.default], {"lambd": 0.5}),
 ]:
     def _float_param_unary(ctx, node, x, *args, _op=_op, _params=_params, **kwargs):
         vals = dict(_params)
