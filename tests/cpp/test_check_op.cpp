@@ -94,6 +94,12 @@ TEST(CheckOpHarness, SecondGraphAndConstantArgs) {
   EXPECT_NE(r.ref.graph.find("mul(%c0, %x0)"), std::string::npos) << r.ref.graph;
   ASSERT_EQ(r.args.size(), 2u);
   EXPECT_EQ(r.out().at(9), static_cast<float>(r.args[0].at(9) * r.args[1].at(1)));
+  // a second graph that computes something else fails, with both graphs in the message
+  c.ref_build = [](Graph& g, const std::vector<Value*>& in) {
+    return std::vector<Value*>{g.add_node("add", {in[1], in[0]}, {}, "m")->out()};
+  };
+  c.threads = {1};
+  EXPECT_NONFATAL_FAILURE(test::check_op(c), "reference graph:");
 }
 
 TEST(CheckOpHarness, ErrorHelpers) {
