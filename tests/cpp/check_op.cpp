@@ -141,7 +141,8 @@ bool is_close(double got, double want, const Tol& tol) {
 
 }  // namespace
 
-::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want, Tol tol, const std::string& what) {
+::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want, Tol tol,
+                                     const std::string& what) {
   if (got.numel() != static_cast<int64_t>(want.size()))
     return ::testing::AssertionFailure() << what << " " << got.type.str() << " has " << got.numel()
                                          << " elements, want " << want.size();
@@ -362,13 +363,23 @@ std::string build_error(const std::string& op, const std::vector<TensorType>& ty
 }
 
 ::testing::AssertionResult throws_with(const std::function<void()>& f, const std::string& part) {
+  return throws_with(f, {part});
+}
+
+::testing::AssertionResult throws_with(const std::function<void()>& f, std::initializer_list<std::string> parts) {
   try {
     f();
   } catch (const Error& e) {
-    if (std::string(e.what()).find(part) != std::string::npos) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "the error does not say '" << part << "': " << e.what();
+    const std::string m = e.what();
+    std::string missing;
+    for (const std::string& p : parts)
+      if (m.find(p) == std::string::npos) missing += (missing.empty() ? "'" : ", '") + p + "'";
+    if (missing.empty()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "the error does not say " << missing << ": " << m;
   }
-  return ::testing::AssertionFailure() << "no error, expected one that says '" << part << "'";
+  std::string all;
+  for (const std::string& p : parts) all += (all.empty() ? "'" : ", '") + p + "'";
+  return ::testing::AssertionFailure() << "no error, expected one that says " << all;
 }
 
 int count(const std::string& s, const std::string& what) {

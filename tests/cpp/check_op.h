@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -181,6 +182,8 @@ std::string error_of(const std::function<void()>& f);
 std::string build_error(const std::string& op, const std::vector<TensorType>& types, const Attrs& a = {});
 // f throws an ag::Error whose message contains `part` (the message is shown when it does not).
 ::testing::AssertionResult throws_with(const std::function<void()>& f, const std::string& part);
+// ... and contains every one of `parts` (those it lacks are named).
+::testing::AssertionResult throws_with(const std::function<void()>& f, std::initializer_list<std::string> parts);
 
 // How many times `what` occurs in `s`.
 int count(const std::string& s, const std::string& what);

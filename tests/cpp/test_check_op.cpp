@@ -110,6 +110,10 @@ TEST(CheckOpHarness, ErrorHelpers) {
   EXPECT_TRUE(test::throws_with([] { test::run_op("exp", {TensorType(DType::i64, {2})}); }, "floating"));
   EXPECT_FALSE(test::throws_with([] {}, "anything"));
   EXPECT_FALSE(test::throws_with([] { test::run_op("exp", {TensorType(DType::i64, {2})}); }, "no such words"));
+  EXPECT_TRUE(test::throws_with([] { test::run_op("exp", {TensorType(DType::i64, {2})}); }, {"floating", "exp"}));
+  auto partly = test::throws_with([] { test::run_op("exp", {TensorType(DType::i64, {2})}); }, {"floating", "zzz"});
+  EXPECT_FALSE(partly);
+  EXPECT_NE(std::string(partly.message()).find("does not say 'zzz'"), std::string::npos) << partly.message();
   EXPECT_EQ(test::count("a.b.c", "."), 2);
   EXPECT_EQ(test::count("aaa", "aa"), 2);
 }
