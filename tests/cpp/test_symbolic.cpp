@@ -9,6 +9,7 @@
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "check_op.h"
+#include "sample_graphs.h"
 
 namespace ag {
 namespace {
@@ -45,16 +46,8 @@ TEST(SizeExpr, MalformedProgramsAreRejected) {
 // x: [s0, 4] -> reshape to [s0 * 2, 2] -> relu; recorded at s0 = 3.
 std::unique_ptr<Graph> recorded_graph() {
   auto g = std::make_unique<Graph>();
-  g->add_symbol("s0");
-  int s0 = g->add_expr(SizeExpr{{kSym, 0}, "s0"});
-  int s0x2 = g->add_expr(SizeExpr{{kSym, 0, kConst, 2, kMul}, "2*s0"});
-  Value* x = g->add_input(TensorType(DType::f32, {3, 4}), "x");
-  g->set_dim_exprs(x, {s0, -1});
-  Node* r = g->add_node("reshape", {x}, attrs({{"shape", Shape{6, 2}}}), "r");
-  r->sym_attrs.push_back(SymAttr{"shape", 0, s0x2});
-  Node* y = g->add_node("relu", {r->out()}, Attrs{}, "y");
-  g->set_dim_exprs(y->out(), {s0x2, -1});
-  g->set_outputs({y->out()});
+  test::SymbolicInput in = test::add_symbolic_input(*g);
+  g->set_outputs({test::reshape_relu(*g, in.x, in)});
   return g;
 }
 
