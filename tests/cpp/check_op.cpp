@@ -86,6 +86,7 @@ Tensor random_tensor(const TensorType& t, uint32_t seed, Specials sp) {
     if (sp == Specials::some && n > 16) {
       if (i % 97 == 5) v = std::numeric_limits<float>::quiet_NaN();
       if (i % 89 == 7) v = std::numeric_limits<float>::infinity();
+      if (i % 71 == 11) v = -std::numeric_limits<float>::infinity();
       if (i % 83 == 3) v = -0.0f;
       if (i % 79 == 1) v = 0.0f;
     }

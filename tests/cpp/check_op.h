@@ -51,9 +51,9 @@ Tensor from_floats(const TensorType& t, const std::vector<float>& v);
 // A copy of numel() elements of t's dtype at `data`.
 Tensor from_bytes(const TensorType& t, const void* data);
 
-// Random data may carry special values: NaN, +inf, -0 and 0 at fixed positions (every 97th, 89th,
-// 83rd and 79th element) in tensors of more than 16 elements (scalars and short rows, which
-// broadcast over the others, stay finite).
+// Random data may carry special values: NaN, +inf, -inf, -0 and 0 at fixed positions (every 97th,
+// 89th, 71st, 83rd and 79th element) in tensors of more than 16 elements (scalars and short rows,
+// which broadcast over the others, stay finite).
 enum class Specials { none, some };
 // Floats uniform in [-4, 4] (integers: their floor; bool: > 0), the same for the same seed.
 Tensor random_tensor(const TensorType& t, uint32_t seed, Specials sp = Specials::none);

@@ -48,6 +48,7 @@ TEST(CheckOpHarness, RandomDataIsDeterministicWithSpecialsWhereAsked) {
   Tensor s = test::random_tensor(t, 3, test::Specials::some);
   EXPECT_TRUE(std::isnan(s.at(5)));
   EXPECT_EQ(s.at(7), kInf);
+  EXPECT_EQ(s.at(11), -kInf);
   EXPECT_TRUE(s.at(3) == 0 && std::signbit(s.at(3)));
   Tensor small = test::random_tensor(TensorType(DType::f32, {8}), 3, test::Specials::some);  // a row: finite
   for (int64_t i = 0; i < 8; ++i) EXPECT_TRUE(std::isfinite(small.at(i)));

@@ -29,7 +29,7 @@ using test::attrs;
 using Build = test::BuildFn;
 
 // The graph against the same graph with fuse_elementwise off, byte for byte (the fused program
-// rounds every bf16/f16 result where the unfused graph stores it), on data with NaN, inf and
+// rounds every bf16/f16 result where the unfused graph stores it), on data with NaN, +-inf and
 // +-0; returns the fused run. want_fused >= 0: that many fused_elementwise nodes.
 test::Run expect_same(const std::vector<TensorType>& in_types, const Build& build, int want_fused = -1) {
   test::OpCase c;
