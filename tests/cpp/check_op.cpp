@@ -47,6 +47,7 @@ namespace {
 
 void store(const Tensor& t, int64_t i, float v) {
   void* p = t.data();
+  if (is_integral(t.type.dtype) && !std::isfinite(v)) v = 0;  // (converting them would be undefined)
   switch (t.type.dtype) {
     case DType::f32: static_cast<float*>(p)[i] = v; break;
     case DType::f64: static_cast<double*>(p)[i] = v; break;
@@ -83,7 +84,7 @@ Tensor random_tensor(const TensorType& t, uint32_t seed, Specials sp) {
   Tensor r(t);
   for (int64_t i = 0; i < n; ++i) {
     float v = u(rng);
-    if (sp == Specials::some && n > 16) {
+    if (sp == Specials::some && n > 16 && !is_integral(t.dtype)) {
       if (i % 97 == 5) v = std::numeric_limits<float>::quiet_NaN();
       if (i % 89 == 7) v = std::numeric_limits<float>::infinity();
       if (i % 71 == 11) v = -std::numeric_limits<float>::infinity();

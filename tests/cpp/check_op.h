@@ -46,7 +46,8 @@ struct Tensor {
   Tensor clone() const;                // its own copy of the bytes
 };
 
-// `v` stored as t's dtype (bf16/f16 rounded to nearest even, integers truncated, bool v != 0).
+// `v` stored as t's dtype (bf16/f16 rounded to nearest even, integers truncated with NaN and
+// infinities as 0, bool v != 0).
 Tensor from_floats(const TensorType& t, const std::vector<float>& v);
 // A copy of numel() elements of t's dtype at `data`.
 Tensor from_bytes(const TensorType& t, const void* data);
@@ -55,7 +56,8 @@ Tensor from_bytes(const TensorType& t, const void* data);
 // 89th, 71st, 83rd and 79th element) in tensors of more than 16 elements (scalars and short rows,
 // which broadcast over the others, stay finite).
 enum class Specials { none, some };
-// Floats uniform in [-4, 4] (integers: their floor; bool: > 0), the same for the same seed.
+// Floats uniform in [-4, 4] (integers: their floor, no specials; bool: > 0), the same for the same
+// seed.
 Tensor random_tensor(const TensorType& t, uint32_t seed, Specials sp = Specials::none);
 
 // A graph constant's bytes: `v` as t's dtype (see from_floats); float32 without a type.
