@@ -15,7 +15,6 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
-#include "kernels/common.h"
 #include "kernels/fused_elementwise.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"

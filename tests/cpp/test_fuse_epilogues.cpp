@@ -13,10 +13,8 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
-#include "kernels/common.h"
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
-#include "runtime/executor.h"
 #include "check_op.h"
 
 namespace ag {

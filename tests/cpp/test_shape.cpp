@@ -7,7 +7,6 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
-#include "kernels/common.h"
 #include "check_op.h"
 
 namespace ag {
