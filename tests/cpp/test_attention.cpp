@@ -6,10 +6,7 @@
 
 #include "ir/graph.h"
 #include "kernels/attention.h"
-#include "passes/passes.h"
-#include "runtime/executor.h"
-#include "base/parallel.h"
-#include "test_util.h"
+#include "check_op.h"
 
 namespace ag {
 namespace {
@@ -33,39 +30,26 @@ TEST(Attention, KvSplitDecision) {
 // 100 (its first ranges are wholly masked).
 TEST(Attention, SplitKvMatchesUnsplit) {
   const int64_t H = 3, Hk = 1, S = 1500, E = 64;
-  Graph g;
-  Value* q = g.add_input(TensorType(DType::f32, {1, H, 1, E}), "q");
-  Value* k = g.add_input(TensorType(DType::f32, {1, Hk, S, E}), "k");
-  Value* v = g.add_input(TensorType(DType::f32, {1, Hk, S, E}), "v");
-  Value* m = g.add_input(TensorType(DType::b8, {1, H, 1, S}), "m");
-  g.set_outputs({g.add_node("sdpa", {q, k, v, m}, test::attrs({{"is_causal", false}, {"has_mask", true}}), "attn")
-                     ->out()});
-  run_pipeline(g, PipelineOptions{});
-  auto prog = compile_program(g);
   auto qd = test::randn(H * E, 1), kd = test::randn(Hk * S * E, 2), vd = test::randn(Hk * S * E, 3);
   std::vector<uint8_t> md(H * S);
   for (int64_t i = 0; i < H * S; ++i) md[i] = i / S == 0 ? 0 : i / S == 2 ? i % S >= S - 100 : (i * 7919) % 10 < 7;
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    Executor ex(prog);
-    auto o = ex.run({qd.data(), kd.data(), vd.data(), md.data()});
-    const float* p = static_cast<const float*>(o[0].data);
-    return std::vector<float>(p, p + H * E);
-  };
-  const int before = omp_get_max_threads();
-  const int64_t runs = sdpa_kv_split_runs();
-  auto one = run(1);
-  EXPECT_EQ(sdpa_kv_split_runs(), runs);
-  for (int threads : {2, 4}) {  // 3 rows: 2 ranges of 750 keys, then 3 of 500
+  for (int threads : {2, 4})  // 3 rows: 2 ranges of 750 keys, then 3 of 500
     ASSERT_EQ(sdpa_kv_splits(H, threads, S), threads == 2 ? 2 : 3);
-    auto split = run(threads);
-    EXPECT_EQ(sdpa_kv_split_runs(), runs + threads / 2);
-    for (int64_t i = 0; i < H * E; ++i) {
-      EXPECT_NEAR(split[i], one[i], 1e-6f * (1.f + std::fabs(one[i]))) << "threads " << threads << " at " << i;
-      if (i < E) EXPECT_EQ(split[i], 0.f);  // head 0: every key masked
-    }
-  }
-  set_num_threads(before);
+  test::OpCase c;
+  c.op = "sdpa";
+  c.args = {{TensorType(DType::f32, {1, H, 1, E}), qd.data()},
+            {TensorType(DType::f32, {1, Hk, S, E}), kd.data()},
+            {TensorType(DType::f32, {1, Hk, S, E}), vd.data()},
+            {TensorType(DType::b8, {1, H, 1, S}), md.data()}};
+  c.attrs = test::attrs({{"is_causal", false}, {"has_mask", true}});
+  c.threads = {1, 2, 4};  // the split runs (2 and 4 threads) give the unsplit one's result, to float rounding
+  c.tol = {1e-6, 1e-6};
+  const int64_t runs = sdpa_kv_split_runs();
+  c.after_run = [&](const test::Run& r) {
+    EXPECT_EQ(sdpa_kv_split_runs(), runs + r.threads / 2) << r.threads << " threads";
+    for (int64_t i = 0; i < E; ++i) EXPECT_EQ(r.outs[0].as<float>()[i], 0.f);  // head 0: every key masked
+  };
+  test::check_op(c);
 }
 
 }  // namespace

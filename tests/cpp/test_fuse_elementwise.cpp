@@ -15,107 +15,32 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
-#include "kernels/common.h"
 #include "kernels/fused_elementwise.h"
 #include "passes/passes.h"
 #include "runtime/executor.h"
-#include "test_util.h"
+#include "check_op.h"
 
 namespace ag {
 namespace {
 
 using test::attrs;
 
-using Build = std::function<void(Graph&, const std::vector<Value*>&)>;
+using Build = test::BuildFn;
 
-struct Buf {
-  std::vector<uint8_t> bytes;
-};
-
-// Deterministic data for a type: floats in about [-4, 4] with a few specials.
-Buf make_data(const TensorType& t, uint32_t seed, bool specials = true) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-4.f, 4.f);
-  int64_t n = t.numel();
-  Buf b;
-  b.bytes.resize(std::max<size_t>(1, t.nbytes()));
-  for (int64_t i = 0; i < n; ++i) {
-    float v = u(rng);
-    if (specials && n > 16) {
-      if (i % 97 == 5) v = std::numeric_limits<float>::quiet_NaN();
-      if (i % 89 == 7) v = std::numeric_limits<float>::infinity();
-      if (i % 83 == 3) v = -0.0f;
-      if (i % 79 == 1) v = 0.0f;
-    }
-    switch (t.dtype) {
-      case DType::f32: std::memcpy(&b.bytes[4 * i], &v, 4); break;
-      case DType::bf16: {
-        uint16_t h = f32_to_bf16(v);
-        std::memcpy(&b.bytes[2 * i], &h, 2);
-        break;
-      }
-      case DType::f16: {
-        uint16_t h = f32_to_f16(v);
-        std::memcpy(&b.bytes[2 * i], &h, 2);
-        break;
-      }
-      case DType::b8: b.bytes[i] = v > 0; break;
-      default: ADD_FAILURE() << "no data for " << t.str();
-    }
-  }
-  return b;
-}
-
-struct Result {
-  std::string graph;
-  std::vector<TensorType> types;
-  std::vector<std::vector<uint8_t>> outs;
-  int fused_nodes = 0;
-  int nodes = 0;
-};
-
-Result run(const std::vector<TensorType>& in_types, const Build& build, bool fuse, uint32_t seed = 1) {
-  Graph g;
-  std::vector<Value*> ins;
-  for (size_t i = 0; i < in_types.size(); ++i) ins.push_back(g.add_input(in_types[i], "x" + std::to_string(i)));
-  build(g, ins);
-  PipelineOptions opt;
-  if (!fuse) opt.disabled.insert("fuse_elementwise");
-  run_pipeline(g, opt);
-  Result r;
-  r.graph = g.str();
-  for (auto& n : g.nodes()) {
-    r.fused_nodes += std::string(n->op->name) == "fused_elementwise";
-    r.nodes++;
-  }
-  std::vector<Buf> data;
-  std::vector<void*> ptrs;
-  for (size_t i = 0; i < in_types.size(); ++i) data.push_back(make_data(in_types[i], seed + 17 * i));
-  for (auto& d : data) ptrs.push_back(d.bytes.data());
-  Executor ex(compile_program(g));
-  auto outs = ex.run(ptrs);
-  for (auto& o : outs) {
-    r.types.push_back(o.type);
-    const uint8_t* p = static_cast<const uint8_t*>(o.data);
-    r.outs.emplace_back(p, p + o.type.nbytes());
-  }
-  return r;
-}
-
-// Runs fused and unfused and expects identical bytes; returns the fused result.
-Result expect_same(const std::vector<TensorType>& in_types, const Build& build, int want_fused = -1) {
-  Result f = run(in_types, build, true), u = run(in_types, build, false);
-  EXPECT_EQ(u.fused_nodes, 0);
-  if (want_fused >= 0) EXPECT_EQ(f.fused_nodes, want_fused) << f.graph;
-  EXPECT_EQ(f.outs.size(), u.outs.size());
-  for (size_t i = 0; i < f.outs.size() && i < u.outs.size(); ++i) {
-    EXPECT_TRUE(f.types[i] == u.types[i]) << f.types[i].str() << " vs " << u.types[i].str();
-    EXPECT_EQ(f.outs[i].size(), u.outs[i].size());
-    size_t bad = 0;
-    for (size_t b = 0; b < f.outs[i].size() && b < u.outs[i].size(); ++b) bad += f.outs[i][b] != u.outs[i][b];
-    EXPECT_EQ(bad, 0u) << "output " << i << " differs in " << bad << " bytes\n" << f.graph;
-  }
-  return f;
+// The graph against the same graph with fuse_elementwise off, byte for byte (the fused program
+// rounds every bf16/f16 result where the unfused graph stores it), on data with NaN, +-inf and
+// +-0; returns the fused run. want_fused >= 0: that many fused_elementwise nodes.
+test::Run expect_same(const std::vector<TensorType>& in_types, const Build& build, int want_fused = -1) {
+  test::OpCase c;
+  for (auto& t : in_types) c.args.push_back(t);
+  c.build = build;
+  c.specials = test::Specials::some;
+  c.ref_passes = PipelineOptions{.disabled = {"fuse_elementwise"}};
+  c.ref_tol = test::Tol::exact_bits();
+  auto r = test::check_op(c);
+  EXPECT_EQ(r.ref.nodes_of("fused_elementwise"), 0);
+  if (want_fused >= 0) EXPECT_EQ(r.got.nodes_of("fused_elementwise"), want_fused) << r.got.graph;
+  return r.got;
 }
 
 Value* op(Graph& g, const std::string& name, std::vector<Value*> in, Attrs a = {}, const std::string& fx = "") {
@@ -151,10 +76,10 @@ TEST(FuseElementwisePass, ChainBecomesOneNodeNamedAfterLast) {
 
 TEST(FuseElementwisePass, SingleNodesAndIntegerMathStayUnfused) {
   // one float op alone: nothing to fuse
-  auto r = run({TensorType(DType::f32, {5})}, [](Graph& g, const std::vector<Value*>& in) {
-    g.set_outputs({op(g, "exp", {in[0]})});
-  }, true);
-  EXPECT_EQ(r.fused_nodes, 0);
+  test::OpCase one;
+  one.args = {TensorType(DType::f32, {5})};
+  one.build = [](Graph& g, const std::vector<Value*>& in) { return std::vector<Value*>{op(g, "exp", {in[0]})}; };
+  EXPECT_EQ(test::check_op(one).got.nodes_of("fused_elementwise"), 0);
   // integer chain: unfused
   Graph g;
   Value* x = g.add_input(TensorType(DType::i64, {5}), "x");
@@ -178,7 +103,7 @@ TEST(FuseElementwisePass, ShapeChangeSplitsGroups) {
                        [](Graph& g, const std::vector<Value*>& in) {
                          Value* a = op(g, "exp", {in[0]});
                          Value* b = op(g, "add", {a, in[1]});
-                         g.set_outputs({op(g, "tanh", {b})});
+                         return std::vector<Value*>{op(g, "tanh", {b})};
                        }, 1);
   EXPECT_NE(f.graph.find("= exp("), std::string::npos) << f.graph;
 }
@@ -188,7 +113,7 @@ TEST(FuseElementwisePass, MultiOutputGroup) {
     Value* a = op(g, "exp", {in[0]}, {}, "a");
     Value* b = op(g, "mul", {a, a}, {}, "b");
     Value* c = op(g, "sin", {b}, {}, "c");
-    g.set_outputs({a, c});
+    return std::vector<Value*>{a, c};
   }, 1);
   EXPECT_NE(f.graph.find("fused_elementwise"), std::string::npos);
   // the fused node has two outputs: a and c
@@ -212,7 +137,7 @@ TEST(FuseElementwisePass, ValueReadOutsideClosesGroupAndOrderStaysValid) {
     Value* r = op(g, "reshape", {a2}, attrs({{"shape", std::vector<int64_t>{4, 6}}}), "r");
     Value* s = op(g, "sin", {a2}, {}, "s");
     Value* t = op(g, "cos", {s}, {}, "t");
-    g.set_outputs({r, t});
+    return std::vector<Value*>{r, t};
   }, 2);
   // exp+mul fused, then sin+cos fused after the reshape
   Graph g;
@@ -248,7 +173,7 @@ TEST(FuseElementwisePass, BroadcastingInputs) {
                 Value* b = op(g, "mul", {a, in[1]});
                 Value* c = op(g, "sub", {b, in[2]}, attrs({{"alpha", 2.5}}));
                 Value* d = op(g, "maximum", {c, op(g, "neg", {in[4]})});
-                g.set_outputs({op(g, "div", {d, in[1]})});
+                return std::vector<Value*>{op(g, "div", {d, in[1]})};
               }, 1);
 }
 
@@ -286,12 +211,11 @@ TEST_P(FusedKernelVsUnfused, BitExact) {
     Value* hv = op(g, "convert", {op(g, "exp", {f32v})}, attrs({{"dtype", dt}}));
     Value* bv = op(g, "convert", {hv}, attrs({{"dtype", DType::b8}}));
     Value* back = op(g, "convert", {bv}, attrs({{"dtype", dt}}));
-    g.set_outputs({op(g, "add", {hv, back}), m3});
-    (void)dt;
+    return std::vector<Value*>{op(g, "add", {hv, back}), m3};
   };
-  Result r = expect_same({TensorType(dt, {n}), TensorType(dt, {n}), TensorType(dt, {1})}, build);
-  EXPECT_EQ(r.fused_nodes, 1) << r.graph;
-  EXPECT_EQ(r.nodes, 1) << r.graph;  // everything, multi-output included, is one node
+  test::Run r = expect_same({TensorType(dt, {n}), TensorType(dt, {n}), TensorType(dt, {1})}, build);
+  EXPECT_EQ(r.nodes_of("fused_elementwise"), 1) << r.graph;
+  EXPECT_EQ(r.ops.size(), 1u) << r.graph;  // everything, multi-output included, is one node
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, FusedKernelVsUnfused,
@@ -304,7 +228,7 @@ TEST(FusedKernel, OpmathScalarWithBf16) {
               [](Graph& g, const std::vector<Value*>& in) {
                 Value* a = op(g, "mul", {in[0], in[1]});
                 Value* b = op(g, "add", {a, in[1]}, attrs({{"alpha", 3}}));
-                g.set_outputs({op(g, "sigmoid", {b})});
+                return std::vector<Value*>{op(g, "sigmoid", {b})};
               }, 1);
 }
 
@@ -321,7 +245,7 @@ TEST(FusedKernel, ScalarOperandsOnEitherSide) {
                   v = op(g, "maximum", {in[1], v});
                   v = op(g, "where", {in[3], v, in[2]});
                   v = op(g, "where", {in[3], in[1], v});
-                  g.set_outputs({op(g, "lt", {v, in[2]}), op(g, "pow", {in[1], v})});
+                  return std::vector<Value*>{op(g, "lt", {v, in[2]}), op(g, "pow", {in[1], v})};
                 }, 1);
   }
 }
@@ -332,11 +256,11 @@ TEST(FusedKernel, NonContiguousBroadcastsAndZeroSize) {
               [](Graph& g, const std::vector<Value*>& in) {
                 Value* a = op(g, "mul", {in[0], in[1]});
                 Value* b = op(g, "where", {in[2], a, op(g, "neg", {a})});
-                g.set_outputs({op(g, "tanh", {b})});
+                return std::vector<Value*>{op(g, "tanh", {b})};
               }, 1);
   expect_same({TensorType(DType::f32, {0, 5}), TensorType(DType::f32, {5})},
               [](Graph& g, const std::vector<Value*>& in) {
-                g.set_outputs({op(g, "exp", {op(g, "add", {in[0], in[1]})})});
+                return std::vector<Value*>{op(g, "exp", {op(g, "add", {in[0], in[1]})})};
               }, 1);
 }
 
@@ -345,13 +269,13 @@ TEST(FusedKernel, InPlaceOverAnInputThatDies) {
   Build build = [](Graph& g, const std::vector<Value*>& in) {
     Value* p = op(g, "permute", {in[0]}, attrs({{"dims", std::vector<int64_t>{1, 0}}}));
     Value* f = op(g, "sin", {op(g, "mul", {p, in[1]})});
-    g.set_outputs({op(g, "permute", {f}, attrs({{"dims", std::vector<int64_t>{1, 0}}}))});
+    return std::vector<Value*>{op(g, "permute", {f}, attrs({{"dims", std::vector<int64_t>{1, 0}}}))};
   };
   std::vector<TensorType> types = {TensorType(DType::f32, {50, 100}), TensorType(DType::f32, {100, 50})};
   expect_same(types, build, 1);
   Graph g;
   std::vector<Value*> ins = {g.add_input(types[0], "x"), g.add_input(types[1], "y")};
-  build(g, ins);
+  g.set_outputs(build(g, ins));
   run_pipeline(g, PipelineOptions{});
   auto prog = compile_program(g);
   EXPECT_GE(prog->stats.inplace, 1) << g.str();
@@ -364,24 +288,12 @@ TEST(FusedKernel, MalformedProgramsThrowWithContext) {
                    {"args", std::vector<int64_t>{5, -1, -1}},
                    {"params", std::vector<double>{0, 0, 0}},
                    {"outputs", std::vector<int64_t>{1}}});
-  try {
-    g.add_node("fused_elementwise", {x}, a, "bad");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("reads slot 5"), std::string::npos) << m;
-    EXPECT_NE(m.find("'bad'"), std::string::npos) << m;
-  }
+  EXPECT_TRUE(test::throws_with([&] { g.add_node("fused_elementwise", {x}, a, "bad"); }, {"reads slot 5", "'bad'"}));
   Value* i = g.add_input(TensorType(DType::i64, {4}), "i");
   a.set("args", std::vector<int64_t>{0, -1, -1});
   EXPECT_THROW(g.add_node("fused_elementwise", {i}, a, "int"), Error);
   Value* b = g.add_input(TensorType(DType::f32, {3}), "b");
-  try {
-    g.add_node("fused_elementwise", {x, b}, a, "shapes");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("do not broadcast"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(test::throws_with([&] { g.add_node("fused_elementwise", {x, b}, a, "shapes"); }, "do not broadcast"));
 }
 
 }  // namespace

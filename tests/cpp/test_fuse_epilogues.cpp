@@ -13,26 +13,17 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
-#include "kernels/common.h"
-#include "kernels/fused_elementwise.h"
 #include "ir/epilogue.h"
+#include "kernels/fused_elementwise.h"
 #include "passes/passes.h"
-#include "runtime/executor.h"
-#include "test_util.h"
+#include "check_op.h"
 
 namespace ag {
 namespace {
 
 using test::randn;
 using test::attrs;
-
-// Builds a graph with `build` and runs it; returns output 0 as f32.
-struct Built {
-  std::vector<float> out;
-  std::string text;                  // graph after the pipeline
-  std::vector<std::string> kernels;  // kernel names
-  const Node* first = nullptr;
-};
+using test::count;
 
 struct Case {
   std::vector<std::pair<TensorType, std::vector<float>>> inputs;  // graph inputs (f32 data, converted to dtype)
@@ -40,59 +31,25 @@ struct Case {
   std::function<Value*(Graph&, const std::vector<Value*>& in, const std::vector<Value*>& c)> build;
 };
 
-std::shared_ptr<Storage> bytes_of(const TensorType& t, const std::vector<float>& v) {
-  auto s = Storage::allocate(t.nbytes());
-  if (t.dtype == DType::bf16)
-    for (size_t i = 0; i < v.size(); ++i) static_cast<uint16_t*>(s->data)[i] = f32_to_bf16(v[i]);
-  else
-    if (!v.empty()) std::memcpy(s->data, v.data(), v.size() * 4);
-  return s;
-}
-
-Built run_case(const Case& cs, bool fuse, std::string* graph_text = nullptr) {
-  Graph g;
-  std::vector<Value*> in, cv;
-  std::vector<std::shared_ptr<Storage>> keep;
-  std::vector<void*> data;
-  for (size_t i = 0; i < cs.inputs.size(); ++i) {
-    in.push_back(g.add_input(cs.inputs[i].first, "x" + std::to_string(i)));
-    keep.push_back(bytes_of(cs.inputs[i].first, cs.inputs[i].second));
-    data.push_back(keep.back()->data);
+// The case with fuse_epilogues against the same graph with the pass off (at `tol`; with `want`,
+// also against those values at `want_tol`); got: the fused run, ref: the unfused one.
+test::Checked fused_vs_unfused(const Case& cs, test::Tol tol, const std::vector<float>* want = nullptr,
+                               test::Tol want_tol = {}) {
+  test::OpCase c;
+  for (auto& [t, v] : cs.inputs) c.args.push_back(test::from_floats(t, v));
+  for (auto& [t, v] : cs.consts) c.args.push_back(test::Arg(test::from_floats(t, v), true));
+  const size_t n_in = cs.inputs.size();
+  c.build = [&cs, n_in](Graph& g, const std::vector<Value*>& a) {
+    std::vector<Value*> in(a.begin(), a.begin() + n_in), cv(a.begin() + n_in, a.end());
+    return std::vector<Value*>{cs.build(g, in, cv)};
+  };
+  c.ref_passes = PipelineOptions{.disabled = {"fuse_epilogues"}};
+  c.ref_tol = tol;
+  if (want) {
+    c.want = test::want_values(*want);
+    c.tol = want_tol;
   }
-  for (size_t i = 0; i < cs.consts.size(); ++i)
-    cv.push_back(g.add_const(cs.consts[i].first, bytes_of(cs.consts[i].first, cs.consts[i].second),
-                             "c" + std::to_string(i)));
-  Value* out = cs.build(g, in, cv);
-  g.set_outputs({out});
-  PipelineOptions opt;
-  if (!fuse) opt.disabled.insert("fuse_epilogues");
-  run_pipeline(g, opt);
-  Built b;
-  b.text = g.str();
-  if (graph_text) *graph_text = b.text;
-  auto prog = compile_program(g);
-  for (auto& k : prog->kernels) b.kernels.push_back(k->name());
-  Executor ex(prog);
-  auto outs = ex.run(data);
-  int64_t n = outs[0].type.numel();
-  b.out.resize(n);
-  if (outs[0].type.dtype == DType::bf16)
-    for (int64_t i = 0; i < n; ++i) b.out[i] = bf16_to_f32(static_cast<const uint16_t*>(outs[0].data)[i]);
-  else
-    if (n) std::memcpy(b.out.data(), outs[0].data, n * 4);
-  return b;
-}
-
-void expect_near(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << "at flat index " << i;
-}
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
+  return test::check_op(c);
 }
 
 float gelu_ref(float x) { return 0.5f * x * (1.0f + std::erf(x / std::sqrt(2.0f))); }
@@ -129,13 +86,13 @@ std::vector<float> linear_chain_ref(const Case& c, int64_t M, int64_t K, int64_t
 TEST(FuseEpilogues, LinearChainFusesIntoOneNode) {
   for (int64_t M : {1, 3, 37}) {  // M = 1 and 3 take the GEMV path
     Case c = linear_chain(DType::f32, M, 40, 24);
-    Built f = run_case(c, true), u = run_case(c, false);
-    ASSERT_EQ(f.kernels.size(), 1u) << f.text;
-    EXPECT_EQ(count(f.text, "= linear("), 1) << f.text;
-    EXPECT_NE(f.text.find("fused=\"act,scale,resid,out_relu\""), std::string::npos) << f.text;
+    const auto want = linear_chain_ref(c, M, 40, 24);
+    auto r = fused_vs_unfused(c, {1e-5, 1e-5}, &want, {1e-4, 1e-4});
+    const test::Run &f = r.got, &u = r.ref;
+    ASSERT_EQ(f.kernels.size(), 1u) << f.graph;
+    EXPECT_EQ(count(f.graph, "= linear("), 1) << f.graph;
+    EXPECT_NE(f.graph.find("fused=\"act,scale,resid,out_relu\""), std::string::npos) << f.graph;
     EXPECT_GT(u.kernels.size(), 1u);  // (fuse_elementwise may still merge the unfused ops)
-    expect_near(f.out, u.out, 1e-5f, 1e-5f);
-    expect_near(f.out, linear_chain_ref(c, M, 40, 24), 1e-4f, 1e-4f);
     if (M <= 3) EXPECT_EQ(f.kernels[0].rfind("gemv", 0), 0u) << f.kernels[0];
   }
 }
@@ -146,11 +103,10 @@ TEST(FuseEpilogues, LinearChainBf16) {
     // inputs as the bf16 values they become
     for (auto* v : {&c.inputs[0].second, &c.inputs[1].second, &c.consts[0].second, &c.consts[1].second})
       for (auto& x : *v) x = bf16_to_f32(f32_to_bf16(x));
-    Built f = run_case(c, true), u = run_case(c, false);
-    ASSERT_EQ(f.kernels.size(), 1u) << f.text;
+    const auto want = linear_chain_ref(c, M, 64, 32);
     // one rounding instead of four: within a couple of bf16 ulps of the unfused result
-    expect_near(f.out, u.out, 3e-2f, 2e-2f);
-    expect_near(f.out, linear_chain_ref(c, M, 64, 32), 2e-2f, 1e-2f);
+    auto r = fused_vs_unfused(c, {3e-2, 2e-2}, &want, {2e-2, 1e-2});
+    ASSERT_EQ(r.got.kernels.size(), 1u) << r.got.graph;
   }
 }
 
@@ -163,9 +119,9 @@ TEST(FuseEpilogues, MultiUseResultIsNotFused) {
     Value* a = g.add_node("relu", {y}, {}, "r")->out();
     return g.add_node("add", {a, y}, {}, "both")->out();  // y used twice
   };
-  Built f = run_case(c, true), u = run_case(c, false);
-  EXPECT_EQ(f.text.find("post_ops"), std::string::npos) << f.text;
-  expect_near(f.out, u.out, 0, 0);
+  auto r = fused_vs_unfused(c, {0, 0});
+  const test::Run& f = r.got;
+  EXPECT_EQ(f.graph.find("post_ops"), std::string::npos) << f.graph;
 }
 
 TEST(FuseEpilogues, ShapeChangingAndUnsupportedBroadcastsAreNotFused) {
@@ -194,10 +150,10 @@ TEST(FuseEpilogues, ShapeChangingAndUnsupportedBroadcastsAreNotFused) {
     c.build = [fn](Graph& g, const std::vector<Value*>& in, const std::vector<Value*>& cv) {
       return fn(g, g.add_node("linear", {in[0], cv[0], cv[1]}, {}, "fc")->out(), in);
     };
-    Built fu = run_case(c, true), un = run_case(c, false);
-    EXPECT_EQ(fu.text.find("post_ops"), std::string::npos) << name << "\n" << fu.text;
+    auto r = fused_vs_unfused(c, {0, 0});
+    const test::Run& fu = r.got;
+    EXPECT_EQ(fu.graph.find("post_ops"), std::string::npos) << name << "\n" << fu.graph;
     EXPECT_EQ(fu.kernels.size(), 2u) << name;
-    expect_near(fu.out, un.out, 0, 0);
   }
 }
 
@@ -210,10 +166,10 @@ TEST(FuseEpilogues, SeparateBiasAddBecomesTheBias) {
     y = g.add_node("add", {y, in[1]}, {}, "bias")->out();
     return g.add_node("tanh", {y}, {}, "t")->out();
   };
-  Built f = run_case(c, true), u = run_case(c, false);
-  EXPECT_NE(f.text.find("= matmul(%x0, %c0, %x1) {"), std::string::npos) << f.text;
-  EXPECT_NE(f.text.find("post_ops=[" + std::to_string(fe::kX_tanh) + "]"), std::string::npos) << f.text;
-  expect_near(f.out, u.out, 1e-6f, 1e-5f);
+  auto r = fused_vs_unfused(c, {1e-6, 1e-5});
+  const test::Run& f = r.got;
+  EXPECT_NE(f.graph.find("= matmul(%x0, %c0, %x1) {"), std::string::npos) << f.graph;
+  EXPECT_NE(f.graph.find("post_ops=[" + std::to_string(fe::kX_tanh) + "]"), std::string::npos) << f.graph;
 }
 
 // conv -> batch_norm -> add(residual) -> relu (ResNet basic block tail), f32 and bf16
@@ -237,11 +193,10 @@ TEST(FuseEpilogues, ConvBatchNormResidualRelu) {
       y = g.add_node("add", {y, in[0]}, {}, "add1")->out();
       return g.add_node("relu", {y}, {}, "relu1")->out();
     };
-    Built f = run_case(c, true), u = run_case(c, false);
-    ASSERT_EQ(f.kernels.size(), 1u) << f.text;
-    EXPECT_NE(f.text.find("fused=\"bn1,add1,relu1\""), std::string::npos) << f.text;
-    if (t == DType::f32) expect_near(f.out, u.out, 1e-4f, 1e-5f);
-    else expect_near(f.out, u.out, 6e-2f, 2e-2f);
+    auto r = fused_vs_unfused(c, t == DType::f32 ? test::Tol{1e-4, 1e-5} : test::Tol{6e-2, 2e-2});
+    const test::Run& f = r.got;
+    ASSERT_EQ(f.kernels.size(), 1u) << f.graph;
+    EXPECT_NE(f.graph.find("fused=\"bn1,add1,relu1\""), std::string::npos) << f.graph;
   }
 }
 
@@ -257,9 +212,9 @@ TEST(FuseEpilogues, ConvChannelScaleClampAndSigmoid) {
     y = g.add_node("sigmoid", {y}, {}, "sig")->out();
     return g.add_node("silu", {y}, {}, "sl")->out();
   };
-  Built f = run_case(c, true), u = run_case(c, false);
-  ASSERT_EQ(f.kernels.size(), 1u) << f.text;
-  expect_near(f.out, u.out, 1e-5f, 1e-5f);
+  auto r = fused_vs_unfused(c, {1e-5, 1e-5});
+  const test::Run& f = r.got;
+  ASSERT_EQ(f.kernels.size(), 1u) << f.graph;
 }
 
 TEST(FuseEpilogues, SwiGluGateProduct) {
@@ -274,11 +229,11 @@ TEST(FuseEpilogues, SwiGluGateProduct) {
       Value* b = g.add_node("linear", {in[0], cv[1]}, {}, "up")->out();
       return g.add_node("mul", {a, b}, {}, "prod")->out();
     };
-    Built f = run_case(c, true), u = run_case(c, false);
-    EXPECT_EQ(f.kernels.size(), 2u) << f.text;
-    EXPECT_EQ(count(f.text, "silu("), 0) << f.text;
-    EXPECT_EQ(count(f.text, "mul("), 0) << f.text;
-    expect_near(f.out, u.out, 1e-5f, 1e-5f);
+    auto r = fused_vs_unfused(c, {1e-5, 1e-5});
+    const test::Run& f = r.got;
+    EXPECT_EQ(f.kernels.size(), 2u) << f.graph;
+    EXPECT_EQ(count(f.graph, "silu("), 0) << f.graph;
+    EXPECT_EQ(count(f.graph, "mul("), 0) << f.graph;
   }
 }
 
@@ -294,9 +249,9 @@ TEST(FuseEpilogues, ThroughReshapeKeepingLastDim) {
     y = g.add_node("add", {y, in[1]}, {}, "res")->out();
     return g.add_node("add", {y, cv[1]}, {}, "shift")->out();  // [8]: a row operand
   };
-  Built f = run_case(c, true), u = run_case(c, false);
-  EXPECT_NE(f.text.find("fused=\"act,res,shift\""), std::string::npos) << f.text;
-  expect_near(f.out, u.out, 1e-5f, 1e-5f);
+  auto r = fused_vs_unfused(c, {1e-5, 1e-5});
+  const test::Run& f = r.got;
+  EXPECT_NE(f.graph.find("fused=\"act,res,shift\""), std::string::npos) << f.graph;
 }
 
 TEST(FuseEpilogues, ZeroSizeAndZeroK) {
@@ -311,9 +266,9 @@ TEST(FuseEpilogues, ZeroSizeAndZeroK) {
         y = g.add_node("sub", {y, in[1]}, {}, "d")->out();
         return g.add_node("relu", {y}, {}, "r")->out();
       };
-      Built f = run_case(c, true), u = run_case(c, false);
-      EXPECT_NE(f.text.find("post_ops"), std::string::npos);
-      expect_near(f.out, u.out, 1e-6f, 1e-5f);
+      auto r = fused_vs_unfused(c, {1e-6, 1e-5});
+      const test::Run& f = r.got;
+      EXPECT_NE(f.graph.find("post_ops"), std::string::npos);
     }
   }
 }
@@ -325,12 +280,7 @@ TEST(FuseEpilogues, BadPostOpAttributesThrow) {
   Value* r = g.add_input(TensorType(DType::f32, {4, 1}), "r");
   Value* h = g.add_input(TensorType(DType::bf16, {4, 6}), "h");
   auto expect_error = [](const std::function<void()>& f, const std::string& msg) {
-    try {
-      f();
-      FAIL() << "no error, expected: " << msg;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
-    }
+    EXPECT_TRUE(test::throws_with(f, msg));
   };
   Attrs a = attrs({{"post_ops", std::vector<int64_t>{epi::kAdd}}, {"post_args", std::vector<double>{0, 0, 0}},
                    {"post_inputs", int64_t{1}}});

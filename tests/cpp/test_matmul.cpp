@@ -11,16 +11,14 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
-#include "kernels/common.h"
-#include "passes/passes.h"
-#include "runtime/executor.h"
-#include "test_util.h"
+#include "check_op.h"
 
 namespace ag {
 namespace {
 
 using test::randn;
 using test::attrs;
+using test::check_values;
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> o(v.size());
@@ -33,65 +31,11 @@ std::vector<float> round_bf16(const std::vector<float>& v) {
   return o;
 }
 
-struct Arg {
-  TensorType type;
-  const void* data;
-  bool is_const = false;
-};
-
-// Runs one node (after the pass pipeline) and returns output 0 widened to f32.
-std::vector<float> run_op(const std::string& op, const std::vector<Arg>& args, Attrs a, Shape* out_shape = nullptr,
-                          std::string* kernel_name = nullptr) {
-  Graph g;
-  std::vector<Value*> ins;
-  std::vector<void*> data;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].is_const) {
-      auto s = Storage::allocate(args[i].type.nbytes());
-      if (args[i].type.nbytes()) std::memcpy(s->data, args[i].data, args[i].type.nbytes());
-      ins.push_back(g.add_const(args[i].type, s, "c" + std::to_string(i)));
-    } else {
-      ins.push_back(g.add_input(args[i].type, "x" + std::to_string(i)));
-      data.push_back(const_cast<void*>(args[i].data));
-    }
-  }
-  Node* n = g.add_node(op, ins, a, "n");
-  g.set_outputs({n->out()});
-  run_pipeline(g, PipelineOptions{});
-  auto prog = compile_program(g);
-  if (kernel_name && !prog->kernels.empty()) *kernel_name = prog->kernels[0]->name();
-  Executor ex(prog);
-  auto outs = ex.run(data);
-  if (out_shape) *out_shape = outs[0].type.shape();
-  int64_t n_out = outs[0].type.numel();
-  std::vector<float> r(n_out);
-  if (outs[0].type.dtype == DType::bf16) {
-    auto p = static_cast<const uint16_t*>(outs[0].data);
-    for (int64_t i = 0; i < n_out; ++i) r[i] = bf16_to_f32(p[i]);
-  } else {
-    if (n_out) std::memcpy(r.data(), outs[0].data, n_out * 4);
-  }
-  return r;
-}
-
-void expect_near(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << "at flat index " << i;
-}
-
 // ----------------------------------------------------------------------------- matmul
 
 TEST(MatmulOps, BatchBroadcastWithBias) {
   // a [2, 1, 3, 5] @ b [4, 5, 6] + bias [4, 1, 6] -> [2, 4, 3, 6]
   auto a = randn(2 * 3 * 5, 1), b = randn(4 * 5 * 6, 2), bias = randn(4 * 6, 3);
-  Shape os;
-  auto y = run_op("matmul",
-                  {{TensorType(DType::f32, {2, 1, 3, 5}), a.data()},
-                   {TensorType(DType::f32, {4, 5, 6}), b.data()},
-                   {TensorType(DType::f32, {4, 1, 6}), bias.data()}},
-                  {}, &os);
-  ASSERT_EQ(os, (Shape{2, 4, 3, 6}));
   std::vector<float> ref(2 * 4 * 3 * 6);
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 4; ++j)
@@ -101,15 +45,17 @@ TEST(MatmulOps, BatchBroadcastWithBias) {
           for (int k = 0; k < 5; ++k) s += a[(i * 3 + m) * 5 + k] * b[(j * 5 + k) * 6 + n];
           ref[((i * 4 + j) * 3 + m) * 6 + n] = s;
         }
-  expect_near(y, ref, 1e-5f, 1e-5f);
+  auto r = check_values("matmul",
+                        {{TensorType(DType::f32, {2, 1, 3, 5}), a.data()},
+                         {TensorType(DType::f32, {4, 5, 6}), b.data()},
+                         {TensorType(DType::f32, {4, 1, 6}), bias.data()}},
+                        {}, ref, {1e-5, 1e-5});
+  ASSERT_EQ(r.out().type.shape(), (Shape{2, 4, 3, 6}));
 }
 
 TEST(MatmulOps, ConstantRightHandSideBf16) {
   auto a = round_bf16(randn(7 * 16, 4)), b = round_bf16(randn(16 * 9, 5));
   auto ab = to_bf16(a), bb = to_bf16(b);
-  auto y = run_op("matmul",
-                  {{TensorType(DType::bf16, {7, 16}), ab.data()}, {TensorType(DType::bf16, {16, 9}), bb.data(), true}},
-                  {});
   std::vector<float> ref(7 * 9);
   for (int m = 0; m < 7; ++m)
     for (int n = 0; n < 9; ++n) {
@@ -117,17 +63,18 @@ TEST(MatmulOps, ConstantRightHandSideBf16) {
       for (int k = 0; k < 16; ++k) s += a[m * 16 + k] * b[k * 9 + n];
       ref[m * 9 + n] = s;
     }
-  expect_near(y, ref, 2e-2f, 1e-2f);
+  check_values("matmul",
+               {{TensorType(DType::bf16, {7, 16}), ab.data()}, {TensorType(DType::bf16, {16, 9}), bb.data(), true}}, {},
+               ref, {2e-2, 1e-2});
 }
 
 TEST(MatmulOps, ZeroInnerDimGivesBias) {
   std::vector<float> a, b, bias{1.f, 2.f, 3.f};
-  auto y = run_op("matmul",
-                  {{TensorType(DType::f32, {2, 0}), a.data()},
-                   {TensorType(DType::f32, {0, 3}), b.data()},
-                   {TensorType(DType::f32, {3}), bias.data()}},
-                  {});
-  expect_near(y, {1, 2, 3, 1, 2, 3}, 0, 0);
+  check_values("matmul",
+               {{TensorType(DType::f32, {2, 0}), a.data()},
+                {TensorType(DType::f32, {0, 3}), b.data()},
+                {TensorType(DType::f32, {3}), bias.data()}},
+               {}, {1, 2, 3, 1, 2, 3}, {0, 0});
 }
 
 // ----------------------------------------------------------------------------- linear
@@ -147,24 +94,21 @@ std::vector<float> linear_ref(const std::vector<float>& x, const std::vector<flo
 TEST(MatmulOps, LinearPrepackedWeightsF32) {
   const int64_t K = 37, N = 19;
   auto x = randn(2 * 3 * K, 6), w = randn(N * K, 7), b = randn(N, 8);
-  Shape os;
-  std::string kname;
-  auto y = run_op("linear",
-                  {{TensorType(DType::f32, {2, 3, K}), x.data()},
-                   {TensorType(DType::f32, {N, K}), w.data(), true},
-                   {TensorType(DType::f32, {N}), b.data(), true}},
-                  {}, &os, &kname);
-  ASSERT_EQ(os, (Shape{2, 3, N}));
-  expect_near(y, linear_ref(x, w, b.data(), 6, K, N), 1e-4f, 1e-4f);
-  EXPECT_NE(kname.find("onednn"), std::string::npos) << kname;
+  auto r = check_values("linear",
+                        {{TensorType(DType::f32, {2, 3, K}), x.data()},
+                         {TensorType(DType::f32, {N, K}), w.data(), true},
+                         {TensorType(DType::f32, {N}), b.data(), true}},
+                        {}, linear_ref(x, w, b.data(), 6, K, N), {1e-4, 1e-4});
+  ASSERT_EQ(r.out().type.shape(), (Shape{2, 3, N}));
+  ASSERT_FALSE(r.got.kernels.empty());
+  EXPECT_NE(r.got.kernels[0].find("onednn"), std::string::npos) << r.got.kernels[0];
 }
 
 TEST(MatmulOps, LinearRuntimeWeightsNoBias) {
   const int64_t K = 8, N = 5;
   auto x = randn(4 * K, 9), w = randn(N * K, 10);
-  auto y = run_op("linear", {{TensorType(DType::f32, {4, K}), x.data()}, {TensorType(DType::f32, {N, K}), w.data()}},
-                  {});
-  expect_near(y, linear_ref(x, w, nullptr, 4, K, N), 1e-5f, 1e-5f);
+  check_values("linear", {{TensorType(DType::f32, {4, K}), x.data()}, {TensorType(DType::f32, {N, K}), w.data()}}, {},
+               linear_ref(x, w, nullptr, 4, K, N), {1e-5, 1e-5});
 }
 
 class LinearBf16 : public ::testing::TestWithParam<int64_t> {};
@@ -172,12 +116,11 @@ TEST_P(LinearBf16, MatchesF32Reference) {  // M = 1 (GEMV path on CPUs without b
   const int64_t M = GetParam(), K = 70, N = 33;
   auto x = round_bf16(randn(M * K, 11)), w = round_bf16(randn(N * K, 12)), b = round_bf16(randn(N, 13));
   auto xb = to_bf16(x), wb = to_bf16(w), bb = to_bf16(b);
-  auto y = run_op("linear",
-                  {{TensorType(DType::bf16, {M, K}), xb.data()},
-                   {TensorType(DType::bf16, {N, K}), wb.data(), true},
-                   {TensorType(DType::bf16, {N}), bb.data(), true}},
-                  {});
-  expect_near(y, linear_ref(x, w, b.data(), M, K, N), 5e-2f, 1e-2f);
+  check_values("linear",
+               {{TensorType(DType::bf16, {M, K}), xb.data()},
+                {TensorType(DType::bf16, {N, K}), wb.data(), true},
+                {TensorType(DType::bf16, {N}), bb.data(), true}},
+               {}, linear_ref(x, w, b.data(), M, K, N), {5e-2, 1e-2});
 }
 INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearBf16, ::testing::Values(1, 3, 17));
 
@@ -185,26 +128,19 @@ TEST(MatmulOps, MatmulOfPermutedWeightBecomesLinearWithBias) {
   if (!find_op("permute")) GTEST_SKIP() << "permute op not registered";
   const int64_t K = 6, N = 4;
   auto x = randn(3 * K, 14), w = randn(N * K, 15), b = randn(N, 16);
-  Graph g;
-  Value* xv = g.add_input(TensorType(DType::f32, {3, K}), "x");
-  auto ws = Storage::allocate(N * K * 4);
-  std::memcpy(ws->data, w.data(), N * K * 4);
-  Value* wv = g.add_const(TensorType(DType::f32, {N, K}), ws, "w");
-  auto bs = Storage::allocate(N * 4);
-  std::memcpy(bs->data, b.data(), N * 4);
-  Value* bv = g.add_const(TensorType(DType::f32, {N}), bs, "b");
-  Node* t = g.add_node("permute", {wv}, attrs({{"dims", Shape{1, 0}}}), "t");
-  Node* mm = g.add_node("matmul", {xv, t->out(), bv}, {}, "mm");
-  g.set_outputs({mm->out()});
-  run_pipeline(g, PipelineOptions{});
-  int linear = 0, other = 0;
-  for (auto& n : g.nodes()) (std::string(n->op->name) == "linear" ? linear : other)++;
-  EXPECT_EQ(linear, 1) << g.str();
-  EXPECT_EQ(other, 0) << g.str();
-  Executor ex(compile_program(g));
-  auto outs = ex.run({x.data()});
-  std::vector<float> y(static_cast<float*>(outs[0].data), static_cast<float*>(outs[0].data) + 3 * N);
-  expect_near(y, linear_ref(x, w, b.data(), 3, K, N), 1e-5f, 1e-5f);
+  test::OpCase c;
+  c.args = {{TensorType(DType::f32, {3, K}), x.data()},
+            {TensorType(DType::f32, {N, K}), w.data(), true},
+            {TensorType(DType::f32, {N}), b.data(), true}};
+  c.build = [](Graph& g, const std::vector<Value*>& in) {
+    Node* t = g.add_node("permute", {in[1]}, attrs({{"dims", Shape{1, 0}}}), "t");
+    return std::vector<Value*>{g.add_node("matmul", {in[0], t->out(), in[2]}, {}, "mm")->out()};
+  };
+  c.want = test::want_values(linear_ref(x, w, b.data(), 3, K, N));
+  c.tol = {1e-5, 1e-5};
+  auto r = test::check_op(c);
+  EXPECT_EQ(r.got.nodes_of("linear"), 1) << r.got.graph;
+  EXPECT_EQ(r.got.ops.size(), 1u) << r.got.graph;
 }
 
 // ----------------------------------------------------------------------------- conv
@@ -237,28 +173,25 @@ TEST(MatmulOps, Conv2dStridePaddingDilationGroupsConstWeights) {
   const int64_t N = 2, C = 4, H = 9, W = 8, O = 6, k = 3, s = 2, p = 2, d = 2, g = 2;
   const int64_t OH = (H + 2 * p - d * (k - 1) - 1) / s + 1, OW = (W + 2 * p - d * (k - 1) - 1) / s + 1;
   auto x = randn(N * C * H * W, 20), w = randn(O * (C / g) * k * k, 21), b = randn(O, 22);
-  Shape os;
-  auto y = run_op("conv",
-                  {{TensorType(DType::f32, {N, C, H, W}), x.data()},
-                   {TensorType(DType::f32, {O, C / g, k, k}), w.data(), true},
-                   {TensorType(DType::f32, {O}), b.data(), true}},
-                  attrs({{"stride", Shape{s, s}}, {"padding", Shape{p, p}}, {"dilation", Shape{d, d}}, {"groups", g}}),
-                  &os);
-  ASSERT_EQ(os, (Shape{N, O, OH, OW}));
-  expect_near(y, conv2d_ref(x, w, b.data(), N, C, H, W, O, k, k, s, p, d, g, p, OH, OW), 1e-4f, 1e-4f);
+  auto r = check_values(
+      "conv",
+      {{TensorType(DType::f32, {N, C, H, W}), x.data()},
+       {TensorType(DType::f32, {O, C / g, k, k}), w.data(), true},
+       {TensorType(DType::f32, {O}), b.data(), true}},
+      attrs({{"stride", Shape{s, s}}, {"padding", Shape{p, p}}, {"dilation", Shape{d, d}}, {"groups", g}}),
+      conv2d_ref(x, w, b.data(), N, C, H, W, O, k, k, s, p, d, g, p, OH, OW), {1e-4, 1e-4});
+  ASSERT_EQ(r.out().type.shape(), (Shape{N, O, OH, OW}));
 }
 
 TEST(MatmulOps, Conv1dBf16RuntimeWeights) {
   const int64_t N = 1, C = 3, W = 11, O = 5, k = 3;
   auto x = round_bf16(randn(N * C * W, 23)), w = round_bf16(randn(O * C * k, 24));
   auto xb = to_bf16(x), wb = to_bf16(w);
-  Shape os;
-  auto y = run_op("conv",
-                  {{TensorType(DType::bf16, {N, C, W}), xb.data()}, {TensorType(DType::bf16, {O, C, k}), wb.data()}},
-                  attrs({{"stride", Shape{1}}, {"padding", Shape{1}}, {"dilation", Shape{1}}, {"groups", int64_t{1}}}),
-                  &os);
-  ASSERT_EQ(os, (Shape{N, O, W}));
-  expect_near(y, conv2d_ref(x, w, nullptr, N, C, 1, W, O, 1, k, 1, 1, 1, 1, 0, 1, W), 5e-2f, 1e-2f);
+  auto r = check_values(
+      "conv", {{TensorType(DType::bf16, {N, C, W}), xb.data()}, {TensorType(DType::bf16, {O, C, k}), wb.data()}},
+      attrs({{"stride", Shape{1}}, {"padding", Shape{1}}, {"dilation", Shape{1}}, {"groups", int64_t{1}}}),
+      conv2d_ref(x, w, nullptr, N, C, 1, W, O, 1, k, 1, 1, 1, 1, 0, 1, W), {5e-2, 1e-2});
+  ASSERT_EQ(r.out().type.shape(), (Shape{N, O, W}));
 }
 
 // Naive 2-D transposed convolution (scatter form); w is PyTorch's [C, O/groups, kh, kw].
@@ -289,29 +222,26 @@ TEST(MatmulOps, ConvTranspose2dGroupsOutputPaddingConstWeights) {
   const int64_t N = 2, C = 4, H = 5, W = 6, O = 6, k = 3, s = 2, p = 0, d = 1, g = 2, op = 1;
   const int64_t OH = (H - 1) * s - 2 * p + d * (k - 1) + op + 1, OW = (W - 1) * s - 2 * p + d * (k - 1) + op + 1;
   auto x = randn(N * C * H * W, 25), w = randn(C * (O / g) * k * k, 26), b = randn(O, 27);
-  Shape os;
-  auto y = run_op("conv_transpose",
-                  {{TensorType(DType::f32, {N, C, H, W}), x.data()},
-                   {TensorType(DType::f32, {C, O / g, k, k}), w.data(), true},
-                   {TensorType(DType::f32, {O}), b.data(), true}},
-                  attrs({{"stride", Shape{s, s}}, {"padding", Shape{p, p}}, {"output_padding", Shape{op, op}},
-                         {"dilation", Shape{d, d}}, {"groups", g}}),
-                  &os);
-  ASSERT_EQ(os, (Shape{N, O, OH, OW}));
-  expect_near(y, conv_transpose2d_ref(x, w, b.data(), N, C, H, W, O, k, s, p, d, g, OH, OW), 1e-4f, 1e-4f);
+  auto r = check_values("conv_transpose",
+                        {{TensorType(DType::f32, {N, C, H, W}), x.data()},
+                         {TensorType(DType::f32, {C, O / g, k, k}), w.data(), true},
+                         {TensorType(DType::f32, {O}), b.data(), true}},
+                        attrs({{"stride", Shape{s, s}}, {"padding", Shape{p, p}}, {"output_padding", Shape{op, op}},
+                               {"dilation", Shape{d, d}}, {"groups", g}}),
+                        conv_transpose2d_ref(x, w, b.data(), N, C, H, W, O, k, s, p, d, g, OH, OW), {1e-4, 1e-4});
+  ASSERT_EQ(r.out().type.shape(), (Shape{N, O, OH, OW}));
 }
 
 TEST(MatmulOps, ConvTranspose2dPaddingDilationRuntimeWeights) {
   const int64_t N = 1, C = 3, H = 4, W = 7, O = 2, k = 3, s = 3, p = 2, d = 2;
   const int64_t OH = (H - 1) * s - 2 * p + d * (k - 1) + 1, OW = (W - 1) * s - 2 * p + d * (k - 1) + 1;
   auto x = randn(N * C * H * W, 28), w = randn(C * O * k * k, 29);
-  Shape os;
-  auto y = run_op("conv_transpose",
-                  {{TensorType(DType::f32, {N, C, H, W}), x.data()}, {TensorType(DType::f32, {C, O, k, k}), w.data()}},
-                  attrs({{"stride", Shape{s}}, {"padding", Shape{p}}, {"dilation", Shape{d}}, {"groups", int64_t{1}}}),
-                  &os);
-  ASSERT_EQ(os, (Shape{N, O, OH, OW}));
-  expect_near(y, conv_transpose2d_ref(x, w, nullptr, N, C, H, W, O, k, s, p, d, 1, OH, OW), 1e-4f, 1e-4f);
+  auto r = check_values(
+      "conv_transpose",
+      {{TensorType(DType::f32, {N, C, H, W}), x.data()}, {TensorType(DType::f32, {C, O, k, k}), w.data()}},
+      attrs({{"stride", Shape{s}}, {"padding", Shape{p}}, {"dilation", Shape{d}}, {"groups", int64_t{1}}}),
+      conv_transpose2d_ref(x, w, nullptr, N, C, H, W, O, k, s, p, d, 1, OH, OW), {1e-4, 1e-4});
+  ASSERT_EQ(r.out().type.shape(), (Shape{N, O, OH, OW}));
 }
 
 // ----------------------------------------------------------------------------- sdpa
@@ -358,15 +288,14 @@ TEST(MatmulOps, SdpaGqaCausalBoolMaskWithFullyMaskedRow) {
   for (auto& m : mask) m = gen() % 3 != 0;
   for (int64_t j = 0; j < S; ++j) mask[3 * S + j] = 0;  // row 3: every key masked -> 0
   float scale = 0.3f;
-  auto y = run_op("sdpa",
-                  {{TensorType(DType::f32, {B, H, L, E}), q.data()},
-                   {TensorType(DType::f32, {B, Hk, S, E}), k.data()},
-                   {TensorType(DType::f32, {B, Hk, S, E}), v.data()},
-                   {TensorType(DType::b8, {L, S}), mask.data()}},
-                  attrs({{"scale", double(scale)}, {"is_causal", true}, {"has_mask", true}}));
-  auto ref = sdpa_ref(q, k, v, B, H, Hk, L, S, E, scale, true, &mask);
-  expect_near(y, ref, 1e-5f, 1e-4f);
-  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(y[3 * E + e], 0.f);
+  auto r = check_values("sdpa",
+                        {{TensorType(DType::f32, {B, H, L, E}), q.data()},
+                         {TensorType(DType::f32, {B, Hk, S, E}), k.data()},
+                         {TensorType(DType::f32, {B, Hk, S, E}), v.data()},
+                         {TensorType(DType::b8, {L, S}), mask.data()}},
+                        attrs({{"scale", double(scale)}, {"is_causal", true}, {"has_mask", true}}),
+                        sdpa_ref(q, k, v, B, H, Hk, L, S, E, scale, true, &mask), {1e-5, 1e-4});
+  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(r.out().as<float>()[3 * E + e], 0.f);
 }
 
 TEST(MatmulOps, SdpaAdditiveMaskEqualsBoolMask) {
@@ -375,25 +304,16 @@ TEST(MatmulOps, SdpaAdditiveMaskEqualsBoolMask) {
   std::vector<uint8_t> mask{1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1};
   std::vector<float> fmask(mask.size());
   for (size_t i = 0; i < mask.size(); ++i) fmask[i] = mask[i] ? 0.f : -INFINITY;
-  auto y = run_op("sdpa",
-                  {{TensorType(DType::f32, {B, H, L, E}), q.data()},
-                   {TensorType(DType::f32, {B, H, S, E}), k.data()},
-                   {TensorType(DType::f32, {B, H, S, E}), v.data()},
-                   {TensorType(DType::f32, {1, 1, L, S}), fmask.data()}},
-                  attrs({{"scale", 0.5}, {"is_causal", false}, {"has_mask", true}}));
-  expect_near(y, sdpa_ref(q, k, v, B, H, H, L, S, E, 0.5f, false, &mask), 1e-5f, 1e-4f);
+  check_values("sdpa",
+               {{TensorType(DType::f32, {B, H, L, E}), q.data()},
+                {TensorType(DType::f32, {B, H, S, E}), k.data()},
+                {TensorType(DType::f32, {B, H, S, E}), v.data()},
+                {TensorType(DType::f32, {1, 1, L, S}), fmask.data()}},
+               attrs({{"scale", 0.5}, {"is_causal", false}, {"has_mask", true}}),
+               sdpa_ref(q, k, v, B, H, H, L, S, E, 0.5f, false, &mask), {1e-5, 1e-4});
 }
 
 // ----------------------------------------------------------------------------- errors
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(MatmulOps, BadInputsThrowUsefulErrors) {
   Graph g;
@@ -401,22 +321,22 @@ TEST(MatmulOps, BadInputsThrowUsefulErrors) {
   Value* b = g.add_input(TensorType(DType::f32, {5, 6}), "b");
   Value* hb = g.add_input(TensorType(DType::bf16, {6, 4}), "hb");
   Value* i64 = g.add_input(TensorType(DType::i64, {4, 6}), "i");
-  std::string m = error_of([&] { g.add_node("matmul", {a, b}, {}, "mm"); });
+  std::string m = test::error_of([&] { g.add_node("matmul", {a, b}, {}, "mm"); });
   EXPECT_NE(m.find("inner dimensions differ"), std::string::npos) << m;
   EXPECT_NE(m.find("float32[3, 4]"), std::string::npos) << m;
-  m = error_of([&] { g.add_node("linear", {a, hb}, {}, "lin"); });
+  m = test::error_of([&] { g.add_node("linear", {a, hb}, {}, "lin"); });
   EXPECT_NE(m.find("dtypes differ"), std::string::npos) << m;
-  m = error_of([&] { g.add_node("matmul", {i64, i64}, {}, "mm2"); });
+  m = test::error_of([&] { g.add_node("matmul", {i64, i64}, {}, "mm2"); });
   EXPECT_NE(m.find("int64"), std::string::npos) << m;
 
   Value* x = g.add_input(TensorType(DType::f32, {1, 4, 8, 8}), "x");
   Value* w = g.add_input(TensorType(DType::f32, {6, 3, 3, 3}), "w");
-  m = error_of([&] { g.add_node("conv", {x, w}, {}, "conv"); });
+  m = test::error_of([&] { g.add_node("conv", {x, w}, {}, "conv"); });
   EXPECT_NE(m.find("channels"), std::string::npos) << m;
 
   Value* q = g.add_input(TensorType(DType::f32, {1, 3, 4, 8}), "q");
   Value* k = g.add_input(TensorType(DType::f32, {1, 2, 4, 8}), "k");
-  m = error_of([&] { g.add_node("sdpa", {q, k, k}, attrs({{"scale", 1.0}}), "attn"); });
+  m = test::error_of([&] { g.add_node("sdpa", {q, k, k}, attrs({{"scale", 1.0}}), "attn"); });
   EXPECT_NE(m.find("multiple of key heads"), std::string::npos) << m;
 }
 

@@ -14,10 +14,8 @@
 #include "base/error.h"
 #include "ir/graph.h"
 #include "ir/serialize.h"
-#include "passes/passes.h"
-#include "runtime/executor.h"
 #include "sample_graphs.h"
-#include "test_util.h"
+#include "check_op.h"
 
 namespace ag {
 namespace {
@@ -31,15 +29,12 @@ std::unique_ptr<Graph> sample_graph() { return test::symbolic_sample_graph(false
 
 std::vector<float> run_at(const Graph& sym, int64_t s0, std::vector<float>* state_out) {
   auto g = sym.instantiate({s0});
-  run_pipeline(*g, PipelineOptions{});
-  Executor ex(compile_program(*g));
   std::vector<float> x(s0 * 4), state{1, 2, 3, 4};
   for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.f * i : 0.25f * i;
-  auto outs = ex.run({x.data(), state.data()});
-  const float* y = static_cast<const float*>(outs[0].data);
-  const float* st = static_cast<const float*>(outs[1].data);
-  *state_out = std::vector<float>(st, st + 4);
-  return std::vector<float>(y, y + s0 * 4);
+  const PipelineOptions passes;
+  auto r = test::compile_and_run(*g, {x.data(), state.data()}, &passes);
+  *state_out = r.outs[1].vec<float>();
+  return r.outs[0].vec<float>();
 }
 
 TEST(GraphFile, SavedAndLoadedGraphIsTheSameAndComputesTheSame) {

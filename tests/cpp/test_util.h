@@ -1,4 +1,5 @@
-// Helpers shared by the C++ tests: deterministic random data and attribute lists.
+// Helpers shared by the C++ tests: deterministic random data and attribute lists. The op-test
+// harness (build, compile, run at several thread counts, compare) is check_op.h.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
