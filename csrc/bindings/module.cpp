@@ -13,6 +13,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <sstream>
 #include <type_traits>
@@ -673,6 +674,21 @@ NB_MODULE(_C, m) {
   });
   m.def("num_threads", &num_threads);
   m.def("pass_names", &pass_names);
+  // What a compiled graph saved by this build means: every op's name, arity, properties, fused
+  // instruction code and epilogue flag, and the passes. The compile cache keys on it, so an entry
+  // written by a build whose ops encode differently (instruction codes, post-op formats) is never
+  // read by this one.
+  m.def("engine_digest", [] {
+    std::string text = "engine-format 1;";
+    for (const OpDef* d : all_ops())
+      text += std::string(d->name) + ":" + std::to_string(d->min_inputs) + "," + std::to_string(d->max_inputs) + "," +
+              std::to_string(d->props) + "," + std::to_string(d->fused_code) + "," + std::to_string(d->epilogue) + ";";
+    for (const std::string& p : pass_names()) text += p + ";";
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(checksum64(text.data(), text.size())));
+    return std::string(hex);
+  });
   // An airgraph file (ir/serialize.h): the graph, its producer and its metadata text. From a path
   // the file is mapped and its constants stay in the mapping; from bytes, constants written by
   // name come from resolve(name, dtype, shape) -> a contiguous array (or None: an error).

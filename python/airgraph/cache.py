@@ -45,6 +45,8 @@ log = logging.getLogger("airgraph")
 
 FORMAT = "airgraph-compiled"
 FORMAT_VERSION = 3
+# this build's ops and passes (instruction codes, post-op formats): entries of another build never match
+_ENGINE = C.engine_digest()
 # what an entry holds: the graph as lowered from FX, or after the passes
 LOWERED, OPTIMIZED = "lowered", "optimized"
 # the most bytes of weights a cached optimized graph's derived constants may come from (each hit
@@ -104,7 +106,7 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=
         _CPU = _cpu_features()
     h = _KeyHash()
     put = h.put
-    put(FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU, *passes)
+    put(FORMAT, FORMAT_VERSION, __version__, _ENGINE, torch.__version__, _CPU, *passes)
     # every node's kind, target and arguments (not gm.code: a lazy graph module would generate its
     # Python code just for this); with the placeholders' types the other nodes' types follow (a
     # static graph), and the source lines are added for the messages that name them
@@ -471,7 +473,8 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
         return None
     h = _KeyHash()
     put = h.put
-    put("dynamo", FORMAT, FORMAT_VERSION, __version__, torch.__version__, _CPU, torch.is_grad_enabled(),
+    put("dynamo", FORMAT, FORMAT_VERSION, __version__, _ENGINE, torch.__version__, _CPU,
+        torch.is_grad_enabled(),
         *[f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
           if f.name not in ("cache_dir", "dump_dir", "background_packing")])  # (not the graph)
     storages = {}
