@@ -134,22 +134,14 @@ template <typename C> inline C gelu_tanh_(C x) {
 
 // Rounding that is the identity on integers (as torch's floor/ceil/round/trunc of an integer
 // tensor); round is half to even.
-template <typename C> inline C floor_(C x) {
-  if constexpr (std::is_floating_point_v<C>) return std::floor(x);
+template <typename C, typename F> inline C on_floats(C x, F f) {
+  if constexpr (std::is_floating_point_v<C>) return f(x);
   else return x;
 }
-template <typename C> inline C ceil_(C x) {
-  if constexpr (std::is_floating_point_v<C>) return std::ceil(x);
-  else return x;
-}
-template <typename C> inline C round_(C x) {
-  if constexpr (std::is_floating_point_v<C>) return std::nearbyint(x);
-  else return x;
-}
-template <typename C> inline C trunc_(C x) {
-  if constexpr (std::is_floating_point_v<C>) return std::trunc(x);
-  else return x;
-}
+template <typename C> inline C floor_(C x) { return on_floats(x, [](C v) { return std::floor(v); }); }
+template <typename C> inline C ceil_(C x) { return on_floats(x, [](C v) { return std::ceil(v); }); }
+template <typename C> inline C round_(C x) { return on_floats(x, [](C v) { return std::nearbyint(v); }); }
+template <typename C> inline C trunc_(C x) { return on_floats(x, [](C v) { return std::trunc(v); }); }
 
 // Integer power, e >= 0, wrapping like torch.
 template <typename C> inline C ipow(C base, int64_t e) {
