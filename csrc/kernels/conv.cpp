@@ -260,25 +260,9 @@ class ConvKernel final : public Kernel {
       return;
     }
     State& st = *static_cast<State*>(ctx.state);
-    void* x = in[0];
-    if (emu_) {
-      x = ScratchLayout::at(ctx, x_f32_);
-      to_f32(t_, in[0], static_cast<float*>(x), x_n_);
-    }
-    if (in_ro_.needed) {
-      void* blk = ScratchLayout::at(ctx, x_blk_);
-      in_ro_.run(st.in_ro, x, blk);
-      x = blk;
-    }
-    st.exec.set(DNNL_ARG_SRC, x);
-    if (!w_const_) {
-      void* w = in[1];
-      if (emu_) {
-        w = ScratchLayout::at(ctx, w_f32_);
-        to_f32(t_, in[1], static_cast<float*>(w), w_n_);
-      }
-      st.exec.set(DNNL_ARG_WEIGHTS, w);
-    }
+    st.exec.set(DNNL_ARG_SRC, staged_input(in_ro_, st.in_ro, t_, emu_, in[0], x_n_, ScratchLayout::at(ctx, x_f32_),
+                                           ScratchLayout::at(ctx, x_blk_)));
+    if (!w_const_) st.exec.set(DNNL_ARG_WEIGHTS, widened(t_, emu_, in[1], w_n_, ScratchLayout::at(ctx, w_f32_)));
     if (has_bias_ && !k0_) {
       void* b = in[2];
       if (bias_c_.data()) {

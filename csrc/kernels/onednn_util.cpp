@@ -189,4 +189,17 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
   return packed.data() ? packed.data() : src;
 }
 
+void* widened(DType t, bool emu, void* x, int64_t n, void* wide) {
+  if (!emu) return x;
+  to_f32(t, x, static_cast<float*>(wide), n);
+  return wide;
+}
+
+void* staged_input(const Reorder& ro, Args& ro_args, DType t, bool emu, void* x, int64_t n, void* wide, void* blk) {
+  x = widened(t, emu, x, n, wide);
+  if (!ro.needed) return x;
+  ro.run(ro_args, x, blk);
+  return blk;
+}
+
 }  // namespace ag::dnnl_util

@@ -127,6 +127,13 @@ class PrepackCache {
   size_t hits_ = 0;
 };
 
+// Per-run operands of a convolution-like primitive: `x` (n elements of t) widened to f32 into
+// `wide` when the primitive emulates a 16-bit dtype (`emu`), then reordered into the primitive's
+// layout at `blk` when `ro` is needed. Returns what the primitive reads.
+void* staged_input(const Reorder& ro, Args& ro_args, DType t, bool emu, void* x, int64_t n, void* wide, void* blk);
+// An operand widened to f32 into `wide` when emulating, else `x` itself.
+void* widened(DType t, bool emu, void* x, int64_t n, void* wide);
+
 // A primitive attr with user-managed scratchpad and f32 fpmath left default.
 dnnl::primitive_attr default_attr();
 

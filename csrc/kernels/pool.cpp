@@ -8,22 +8,11 @@
 // FP ops never trap here: lets GCC if-convert and vectorize the NaN-aware selects
 // and the vectorized exp (results are unchanged; this is not -ffast-math).
 #pragma GCC optimize("no-trapping-math")
+#include "kernels/pool_util.h"
 #include "kernels/reduce_util.h"
 
 namespace ag {
 namespace {
-
-int64_t div_floor(int64_t a, int64_t b) {
-  int64_t q = a / b, r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
-}
-
-// PyTorch's pooling_output_shape.
-int64_t pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil) {
-  int64_t o = div_floor(in + 2 * pad - dil * (k - 1) - 1 + (ceil ? stride - 1 : 0), stride) + 1;
-  if (ceil && (o - 1) * stride >= in + pad) --o;
-  return o;
-}
 
 struct Pool2d {
   int64_t planes = 0, H = 0, W = 0, OH = 0, OW = 0;
@@ -32,11 +21,7 @@ struct Pool2d {
 };
 
 std::vector<int64_t> pair_attr(const Attrs& a, const char* op, const char* key, std::vector<int64_t> dflt) {
-  std::vector<int64_t> v = a.ints(key, dflt);
-  if (v.empty()) v = dflt;
-  if (v.size() == 1) v.push_back(v[0]);
-  AG_CHECK(v.size() == 2, op, ": ", key, " must have 1 or 2 values, got ", v.size());
-  return v;
+  return pool::spatial_attr(a, op, key, std::move(dflt), 2);
 }
 
 // Parses and validates the attributes like torch's pool2d_shape_check.
@@ -61,8 +46,8 @@ Pool2d pool_geom(const char* op, const TensorType& x, const Attrs& a, bool has_d
            " for kernel ", shape_str(k));
   g.H = s[x.rank() - 2], g.W = s[x.rank() - 1];
   g.planes = x.numel() / (g.H * g.W);
-  g.OH = pool_out_size(g.H, g.kH, g.pH, g.sH, g.dH, g.ceil);
-  g.OW = pool_out_size(g.W, g.kW, g.pW, g.sW, g.dW, g.ceil);
+  g.OH = pool::out_size(g.H, g.kH, g.pH, g.sH, g.dH, g.ceil);
+  g.OW = pool::out_size(g.W, g.kW, g.pW, g.sW, g.dW, g.ceil);
   AG_CHECK(g.OH >= 1 && g.OW >= 1, op, ": output size ", g.OH, "x", g.OW, " is too small for input ", x.str());
   return g;
 }

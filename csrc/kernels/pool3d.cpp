@@ -9,22 +9,11 @@
 // 2-D adaptive max pooling is the 3-D kernel with a depth of 1. Computation in
 // float (double for f64). Parallel over output rows.
 #pragma GCC optimize("no-trapping-math")
+#include "kernels/pool_util.h"
 #include "kernels/reduce_util.h"
 
 namespace ag {
 namespace {
-
-int64_t div_floor(int64_t a, int64_t b) {
-  int64_t q = a / b, r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
-}
-
-// PyTorch's pooling_output_shape.
-int64_t pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil) {
-  int64_t o = div_floor(in + 2 * pad - dil * (k - 1) - 1 + (ceil ? stride - 1 : 0), stride) + 1;
-  if (ceil && (o - 1) * stride >= in + pad) --o;
-  return o;
-}
 
 // Spatial geometry, always 3-D (a 2-D op has D = OD = 1).
 struct Geom {
@@ -35,11 +24,7 @@ struct Geom {
 };
 
 std::vector<int64_t> triple(const Attrs& a, const char* op, const char* key, std::vector<int64_t> dflt) {
-  std::vector<int64_t> v = a.ints(key, dflt);
-  if (v.empty()) v = dflt;
-  if (v.size() == 1) v = {v[0], v[0], v[0]};
-  AG_CHECK(v.size() == 3, op, ": ", key, " must have 1 or 3 values, got ", v.size());
-  return v;
+  return pool::spatial_attr(a, op, key, std::move(dflt), 3);
 }
 
 void check_input(const char* op, const TensorType& x, int64_t sp) {
@@ -66,7 +51,7 @@ Geom pool3d_geom(const char* op, const TensorType& x, const Attrs& a, bool has_d
              ": padding must be non-negative and at most half the kernel size, got padding ", shape_str(pd),
              " for kernel ", shape_str(k));
     g.in[i] = x.size(x.rank() - 3 + i);
-    g.out[i] = pool_out_size(g.in[i], k[i], pd[i], st[i], dl[i], ceil);
+    g.out[i] = pool::out_size(g.in[i], k[i], pd[i], st[i], dl[i], ceil);
     AG_CHECK(g.out[i] >= 1, op, ": output size is too small for input ", x.str());
   }
   g.planes = x.numel() / g.in_plane();
