@@ -96,6 +96,18 @@ void Epilogue::apply(float* s, int64_t r, int64_t j0, int64_t n, void* const* in
 
 void Epilogue::apply_all(float* out, int64_t R, void* const* in, size_t k0) const {
   if (k0 >= ops.size()) return;
+  bool unary_only = true;
+  for (size_t k = k0; k < ops.size(); ++k) unary_only = unary_only && !is_binary(ops[k].code);
+  if (unary_only) {  // (activations after the primitive's binary post-ops): flat, in L1-sized pieces
+    const int64_t n = R * L;
+    parallel_for(n, 16384, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; p += 2048) {
+        const int64_t m = std::min<int64_t>(2048, e - p);
+        for (size_t k = k0; k < ops.size(); ++k) fe::run_unary(ops[k].code, ops[k].p, out + p, out + p, m);
+      }
+    });
+    return;
+  }
   const int64_t len = L;
   parallel_for(R, std::max<int64_t>(1, 16384 / std::max<int64_t>(len, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) apply(out + r * len, r, 0, len, in, k0);

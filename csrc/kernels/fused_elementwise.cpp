@@ -293,6 +293,25 @@ bool is_math(int64_t c) {
   }
 }
 
+// The interpreter case of every unary row, expanded in the interpreter's switch and in
+// run_unary (names d, a, n and the numbers p in scope): un() over the row's functor made from the
+// instruction's numbers.
+#define AG_FE_UN(name, ...)               \
+  case kX_##name:                         \
+    un(d, a, n, ew::R_##name<float>(p));  \
+    break;
+#define AG_FE_PRED(name, ...)                                     \
+  case kX_##name: {                                               \
+    const ew::R_##name<float> f(p);                               \
+    un(d, a, n, [&f](float x) { return f(x) ? 1.0f : 0.0f; });   \
+    break;                                                        \
+  }
+#define AG_FE_UNARY_CASES         \
+  AG_EW_UNARY_OPS(AG_FE_UN)       \
+  AG_EW_PREDICATE_OPS(AG_FE_PRED) \
+  AG_EW_UNARY_PARAM_OPS(AG_FE_UN) \
+  AG_EW_UNARY_FUNCTOR_OPS(AG_FE_UN)
+
 class FusedKernel final : public Kernel {
  public:
   explicit FusedKernel(const Node& n) {
@@ -610,9 +629,13 @@ class FusedKernel final : public Kernel {
     break;
       AG_EW_BINARY_OPS(AG_X_BIN)
 #undef AG_X_BIN
-      default:
-        if (!x_unary(op.code) && !x_pred(op.code)) fail("fused_elementwise: unknown instruction code ", op.code);
-        run_unary(op.code, op.p, d, a, n);
+      default: {
+        const double* p = op.p;
+        switch (op.code) {
+          AG_FE_UNARY_CASES
+          default: fail("fused_elementwise: unknown instruction code ", op.code);
+        }
+      }
     }
     if (op.round == 1) {
       for (int64_t i = 0; i < n; ++i) d[i] = round_bf16(d[i]);
@@ -643,24 +666,12 @@ std::unique_ptr<Kernel> make_fused(const Node& n, const BuildCtx& ctx) { return 
 
 bool value_dtype_ok(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::b8; }
 
+// (also built for AVX-512, chosen at load time where the CPU has it: the epilogues run here after
+// oneDNN's AVX-512 GEMMs; each lane computes the same IEEE operations, so the result is the same)
+__attribute__((target_clones("arch=x86-64-v4", "default")))
 void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t n) {
   switch (code) {
-#define AG_X_UN(name, ...)                \
-  case kX_##name:                         \
-    un(d, a, n, ew::R_##name<float>(p));  \
-    break;
-#define AG_X_PRED(name, ...)                                                  \
-  case kX_##name: {                                                           \
-    const ew::R_##name<float> f(p);                                           \
-    un(d, a, n, [&f](float x) { return f(x) ? 1.0f : 0.0f; });               \
-    break;                                                                    \
-  }
-    AG_EW_UNARY_OPS(AG_X_UN)
-    AG_EW_PREDICATE_OPS(AG_X_PRED)
-    AG_EW_UNARY_PARAM_OPS(AG_X_UN)
-    AG_EW_UNARY_FUNCTOR_OPS(AG_X_UN)
-#undef AG_X_UN
-#undef AG_X_PRED
+    AG_FE_UNARY_CASES
     default: fail("fused_elementwise: ", code, " is not a unary instruction code");
   }
 }
