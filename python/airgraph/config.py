@@ -108,6 +108,13 @@ class CompilerConfig:
     def __post_init__(self):
         check_pass_names(self.disable_passes)
 
+    @property
+    def watches_stages(self) -> bool:
+        """Do the debug switches watch every stage of every graph (graph or data dumps, a fault
+        injected into a node)? Then nothing is taken from the compile cache and no symbolic graph
+        shares its passes between sizes: each graph runs every stage itself."""
+        return bool(self.dump_graph or self.dump_data or self.fault_node)
+
     @classmethod
     def from_options(cls, options: dict | None) -> "CompilerConfig":
         if not options:

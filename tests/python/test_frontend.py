@@ -319,6 +319,6 @@ def test_thin_call_path_matches_the_checked_one():
         xt = torch.randn(3, 7, generator=g).t()  # sizes seen before, other strides
         for got, want in zip(comp(xt, y), f(xt, y)):
             torch.testing.assert_close(got, want)
-    graphs = [run.__self__ for r in reps for s in r.symbolic for run in s.instances.values()]
+    graphs = [eg for r in reps for s in r.symbolic for eg in s.programs.values()]
     assert sorted(eg.calls for eg in graphs) == [1, 2, 3], [eg.calls for eg in graphs]
     assert all((eg._guard is not None) == (eg.calls > 1) for eg in graphs)  # thin from the second call on

@@ -422,7 +422,3 @@ def _broadcast(shapes: list[list]) -> list | None:
         out.append(first)
     return out
 
-
-def load_all():
-    """Imports every family file so their rows register."""
-    from . import families  # noqa: F401
