@@ -59,6 +59,13 @@ _stats = {"hits": 0, "optimized_hits": 0, "dynamo_hits": 0, "misses": 0, "writes
 _lock = threading.Lock()
 
 
+def _count(**counts) -> None:
+    """Adds to this process's statistics (cache_info), under the lock: compiles may run in threads."""
+    with _lock:
+        for k, v in counts.items():
+            _stats[k] += v
+
+
 def _cpu_features() -> str:
     flags = set()
     try:
@@ -197,8 +204,7 @@ def _present(path: str) -> bool:
     """Whether the entry's file exists (a miss is counted when not)."""
     if os.path.exists(path):
         return True
-    with _lock:
-        _stats["misses"] += 1
+    _count(misses=1)
     return False
 
 
@@ -218,9 +224,7 @@ def _discard(paths, e: Exception, miss: bool = True) -> None:
     rebuilt, with a warning; never an error."""
     log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", paths[0], type(e).__name__,
                 str(e).splitlines()[0] if str(e) else "")
-    with _lock:
-        _stats["rebuilt"] += 1
-        _stats["misses"] += miss
+    _count(rebuilt=1, misses=miss)
     for p in paths:
         try:
             os.unlink(p)
@@ -248,13 +252,9 @@ def load(folder: str, key: str, gm, consts):
     if _digest(weights, derived["sources"]) != derived.get("digest"):
         # its folded constants were computed from other weights than this process's
         log.info("airgraph: compile cache entry %s was made for other weights; compiled anew", path)
-        with _lock:
-            _stats["other_weights"] += 1
-            _stats["misses"] += 1
+        _count(other_weights=1, misses=1)
         return None
-    with _lock:
-        _stats["hits"] += 1
-        _stats["optimized_hits"] += stage == OPTIMIZED
+    _count(hits=1, optimized_hits=stage == OPTIMIZED)
     return low, stage
 
 
@@ -290,11 +290,9 @@ def _write(folder: str, files) -> None:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
-        with _lock:
-            _stats["writes"] += 1
+        _count(writes=1)
     except Exception as e:
-        with _lock:
-            _stats["errors"] += 1
+        _count(errors=1)
         log.warning("airgraph: could not write the compile cache entry in %s: %s: %s", folder, type(e).__name__, e)
 
 
@@ -402,18 +400,14 @@ def load_symbolic(folder: str, key: str, gm, consts, hint: list, vals: list):
             with open(_optimized_path(path), "rb") as f:
                 opt, _, _ = C.load_graph_bytes(f.read(), const_resolver(weights))
         elif meta["optimized"]:
-            with _lock:
-                _stats["other_weights"] += 1
+            _count(other_weights=1)
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
         _discard([path, _optimized_path(path)], e)
         return None
     if meta.get("values") != list(vals) or low.g.failed_guard(list(hint)) is not None:
-        with _lock:  # (recorded for other value inputs, or at sizes whose decisions differ from these)
-            _stats["misses"] += 1
+        _count(misses=1)  # (recorded for other value inputs, or at sizes whose decisions differ from these)
         return None
-    with _lock:
-        _stats["hits"] += 1
-        _stats["optimized_hits"] += opt is not None
+    _count(hits=1, optimized_hits=opt is not None)
     return low, opt, probe
 
 
@@ -571,8 +565,7 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
             if not same:
                 log.info("airgraph: compile cache entry %s was made for other weights; its lowered graph is "
                          "optimized again", path)
-                with _lock:
-                    _stats["other_weights"] += 1
+                _count(other_weights=1)
             return Lowered.from_feeding(g, meta), state["optimized"]
 
         report.nodes[:] = [NodeReport(*n) for n in meta["nodes"]]
@@ -585,10 +578,7 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
         report.engine_graphs = 0
         _discard([path, lowered_path], e, miss=False)  # (the ATen graph's lookup that follows counts the miss)
         return None
-    with _lock:
-        _stats["hits"] += 1
-        _stats["dynamo_hits"] += 1
-        _stats["optimized_hits"] += bool(state["optimized"])
+    _count(hits=1, dynamo_hits=1, optimized_hits=bool(state["optimized"]))
     return run, {"graph": lowered, "feeding": {k: meta[k] for k in ("input_positions", "scalar_inputs", "num_outputs")},
                  "consts": meta["consts"], "writes": meta["writes"]}
 

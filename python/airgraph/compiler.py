@@ -30,7 +30,7 @@ from .lowering import bound_sizes
 from .partition import compile_partitioned
 from .pipeline import compile_lowered, observers_for
 from .shapes import ShapeSpec, graph_symbols, hint_sizes
-from .weights import Binder, checked
+from .weights import bind_weights
 
 # (bench/run.py, bench/generate.py and bench/weight_checks.py read these here: the graphs to time
 # their runs, the weight guard's parts to time them alone)
@@ -97,5 +97,5 @@ def engine_runner(writes, consts: dict, names: dict, config: CompilerConfig, rep
         eg = compile_lowered(low, config, report, optimized=optimized, observers=observers_for(config), writes=writes)
         return eg.run, [eg]
 
-    run = checked(Binder(build, consts, names, config, report))
+    run = bind_weights(build, consts, names, config, report)
     return _writing_inputs(run, writes) if writes else run

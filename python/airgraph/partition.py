@@ -23,7 +23,7 @@ from .graph_types import CompileReport, InputMismatch, get_attr_tensor
 from .lower import check_support
 from .lowering import Unsupported
 from .shapes import ShapeSpec
-from .weights import Binder, checked
+from .weights import bind_weights
 
 log = logging.getLogger("airgraph")
 
@@ -45,9 +45,9 @@ def compile_partitioned(gm: torch.fx.GraphModule, consts: dict, config: Compiler
 
     if not unsupported:
         try:
-            binder = Binder(_whole_graph_builder(gm, config, spec), consts, const_names, config, report)
+            run = bind_weights(_whole_graph_builder(gm, config, spec), consts, const_names, config, report)
             report.compile_ms = (time.perf_counter() - t0) * 1000
-            return checked(binder)
+            return run
         except Unsupported as e:
             # the graph's boundary (an output that is not a tensor, say): every node is supported, so
             # one region holds them all and the FX graph around it passes the rest through
@@ -77,11 +77,11 @@ def compile_partitioned(gm: torch.fx.GraphModule, consts: dict, config: Compiler
         regions.append((node.target, sub, cmap, fixed, single))
     # only constants an engine region reads are bound (and checked); PyTorch nodes read their arguments per call
     used = {p for _, _, cmap, _, _ in regions for p in cmap.values()}
-    binder = Binder(_regions_builder(fused, regions, config, spec, outer_pos),
-                     {i: t for i, t in consts.items() if i in used}, const_names, config, report)
+    run = bind_weights(_regions_builder(fused, regions, config, spec, outer_pos),
+                       {i: t for i, t in consts.items() if i in used}, const_names, config, report)
     fused.recompile()
     report.compile_ms = (time.perf_counter() - t0) * 1000
-    return checked(binder)
+    return run
 
 
 def _whole_graph_builder(gm, config, spec):

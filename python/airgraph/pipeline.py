@@ -53,10 +53,8 @@ class Shared:
 
 
 def compile_lowered(low: Lowered, config: CompilerConfig, report: CompileReport, *, optimized: bool = False,
-                    stats: list | None = None, observers=(), shared: Shared | None = None, keep_text: bool = True,
-                    writes=()) -> EngineGraph:
-    """Runs the passes on `low.g` (in place; not when `optimized`: `stats` are theirs then),
-    compiles it and returns the EngineGraph; adds it to `report`. keep_text: keep the optimized
+                    observers=(), shared: Shared | None = None, keep_text: bool = True, writes=()) -> EngineGraph:
+    """Runs the passes on `low.g` (in place; not when `optimized`: they ran before), compiles it and returns the EngineGraph; adds it to `report`. keep_text: keep the optimized
     graph's text (the other sizes of a symbolic graph skip it); writes: the graph's input writes."""
     t0 = time.perf_counter()
     gid = next(GRAPH_IDS)
@@ -64,11 +62,11 @@ def compile_lowered(low: Lowered, config: CompilerConfig, report: CompileReport,
     for o in observers:
         if hasattr(o, "lowered"):
             o.lowered(gid, low)
+    stats = []
     if not optimized:
         hooks = [o.after_pass for o in observers if hasattr(o, "after_pass")]
         after = None if not hooks else hooks[0] if len(hooks) == 1 else _Hooks(hooks)
         stats = run_passes(g, config, after)
-    stats = stats if stats is not None else []
     for o in observers:
         if hasattr(o, "optimized"):
             o.optimized(gid, low, stats)
@@ -144,9 +142,8 @@ class SizedGraph:
     config.dynamic_sizes bindings, least recently used first out). `lowered_at(key)` gives the
     (Lowered, whether its passes have run) of a binding."""
 
-    def __init__(self, lowered_at, config: CompilerConfig, report: CompileReport, observers=(), name: str = ""):
+    def __init__(self, lowered_at, config: CompilerConfig, report: CompileReport, observers=()):
         self.lowered_at, self.config, self.report, self.observers = lowered_at, config, report, list(observers)
-        self.name = name
         self.shared = Shared()
         self.programs = ProgramCache(self._build, config.dynamic_sizes)
         self.first = True
@@ -157,16 +154,12 @@ class SizedGraph:
         return compile_lowered(low, self.config, self.report if first else CompileReport(), optimized=optimized,
                                observers=self.observers, shared=self.shared, keep_text=first)
 
-    def program(self, key) -> EngineGraph:
-        return self.programs.get(key)
 
-
-def compile_graph(low: Lowered, config: CompilerConfig, report: CompileReport | None = None, observers=(),
-                  name: str = ""):
+def compile_graph(low: Lowered, config: CompilerConfig, report: CompileReport | None = None, observers=()):
     """An EngineGraph for a static `low`, or a SizedGraph for one with symbolic sizes (a graph
     lowered once for every size: each binding is its instance at those sizes)."""
     report = report if report is not None else CompileReport()
     if not low.g.symbols():
         return compile_lowered(low, config, report, observers=observers)
 
-    return SizedGraph(lambda key: (low.instance(list(key)), False), config, report, observers, name)
+    return SizedGraph(lambda key: (low.instance(list(key)), False), config, report, observers)

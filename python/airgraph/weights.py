@@ -133,15 +133,19 @@ class Binder:
     concurrent callers see the old binding or the new one, never half of one.
     """
 
-    def __init__(self, build, consts: dict[int, torch.Tensor], names: dict[int, str] | None,
-                 config: CompilerConfig, report: CompileReport):
+    def __init__(self, build, names: dict[int, str] | None, config: CompilerConfig, report: CompileReport):
         self.build = build
         self.names = names or {}
         self.config = config
         self.report = report
         self.lock = threading.Lock()
         self.graphs: list = []  # the current engine graphs (the list object is kept; its items are replaced)
-        self.binding = self._bind(consts, None, None, report)
+        self.binding: _Binding | None = None
+
+    def bind(self, consts: dict[int, torch.Tensor]) -> "Binder":
+        """The first binding: builds the engine graph(s) for `consts`."""
+        self.binding = self._bind(consts, None, None, self.report)
+        return self
 
     def _bind(self, consts, changed, prev, report) -> _Binding:
         positions = sorted(consts)
@@ -186,6 +190,13 @@ class Binder:
                      _names_text([f"{self.names.get(i, f'input {i}')} {what}" for i, what in changed.items()]),
                      ", ".join(rebuilt) or "nothing (it runs in PyTorch)", (time.perf_counter() - t0) * 1000)
             return new
+
+
+def bind_weights(build, consts: dict[int, torch.Tensor], names: dict[int, str] | None, config: CompilerConfig,
+                 report: CompileReport):
+    """The boxed callable of the engine graph(s) `build` makes for the weights `consts`, checked on
+    every call (see Binder)."""
+    return checked(Binder(build, names, config, report).bind(consts))
 
 
 def checked(binder: Binder):
