@@ -46,7 +46,7 @@ def _register_name():
     try:
         from importlib.metadata import EntryPoint
 
-        from torch._dynamo.backends import registry
+        from torch._dynamo.backends import registry  # (torch internals that may move: see the except)
     except Exception:  # pragma: no cover - registry moved: the installed entry point still works
         return
     backends, compiled = getattr(registry, "_BACKENDS", None), getattr(registry, "_COMPILER_FNS", None)

@@ -57,7 +57,8 @@ def aot_wrapper_reason(aot_gm) -> str | None:
     if meta is None:
         return "AOTAutograd gave no metadata"
     try:
-        from torch._functorch._aot_autograd.schemas import MutationType, OutputType, SubclassCreationMeta
+        from torch._functorch._aot_autograd.schemas import (  # (torch internals another torch may lack)
+            MutationType, OutputType, SubclassCreationMeta)
     except ImportError:
         return "this torch's AOTAutograd metadata is not known to airgraph"
     if any(getattr(i, "mutation_type", None) == MutationType.MUTATED_OUT_GRAPH for i in meta.input_info):

@@ -299,7 +299,7 @@ def write_data(folder: str, entries: list[dict], tensors: list[torch.Tensor], fm
     os.makedirs(folder, exist_ok=True)
     index = []
     if fmt == "safetensors":
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # (optional: only this dump format needs it)
 
         data = {}
         for e, t in zip(entries, tensors):
@@ -308,7 +308,7 @@ def write_data(folder: str, entries: list[dict], tensors: list[torch.Tensor], fm
             index.append(dict(e, file="data.safetensors", key=key))
         save_file(data, os.path.join(folder, "data.safetensors"))
     elif fmt == "npy":
-        import numpy as np
+        import numpy as np  # (only this dump format needs it)
 
         for k, (e, t) in enumerate(zip(entries, tensors)):
             fname = f"{k:04d}_{re.sub(r'[^A-Za-z0-9_.-]', '_', e['name'])}.npy"
@@ -331,12 +331,12 @@ def read_data(folder: str) -> list[tuple[dict, torch.Tensor]]:
     for e in index:
         if e["file"].endswith(".safetensors"):
             if st is None:
-                from safetensors.torch import load_file
+                from safetensors.torch import load_file  # (optional: only this dump format needs it)
 
                 st = load_file(os.path.join(folder, e["file"]))
             out.append((e, st[e["key"]]))
         else:
-            import numpy as np
+            import numpy as np  # (only this dump format needs it)
 
             out.append((e, torch.from_numpy(np.load(os.path.join(folder, e["file"])))))
     return out
