@@ -8,13 +8,12 @@ import logging as _logging
 import os as _os
 
 from ._core import C as _C, EngineError
+from ._version import __version__
 from .backend import airgraph_backend, get_backend, set_dim_gears
 from .config import CompilerConfig
 from .explain import ExplainReport, explain
 from .cache import cache_info, clear_cache
 from .export import LoadedModel, export, load
-
-__version__ = "0.1.0"
 
 
 def ops() -> list[str]:
@@ -47,7 +46,7 @@ def _register_name():
     try:
         from importlib.metadata import EntryPoint
 
-        from torch._dynamo.backends import registry
+        from torch._dynamo.backends import registry  # (torch internals that may move: see the except)
     except Exception:  # pragma: no cover - registry moved: the installed entry point still works
         return
     backends, compiled = getattr(registry, "_BACKENDS", None), getattr(registry, "_COMPILER_FNS", None)

@@ -36,7 +36,11 @@ import threading
 import torch
 
 from ._core import C, EngineError
+from ._version import __version__
+from .compiler import engine_runner
 from .config import CompilerConfig
+from .graph_types import CompileReport, Lowered, const_resolver
+from .lower import lower_graph
 
 try:
     from torch._dynamo.aot_compile_types import SerializableCallable
@@ -53,7 +57,8 @@ def aot_wrapper_reason(aot_gm) -> str | None:
     if meta is None:
         return "AOTAutograd gave no metadata"
     try:
-        from torch._functorch._aot_autograd.schemas import MutationType, OutputType, SubclassCreationMeta
+        from torch._functorch._aot_autograd.schemas import (  # (torch internals another torch may lack)
+            MutationType, OutputType, SubclassCreationMeta)
     except ImportError:
         return "this torch's AOTAutograd metadata is not known to airgraph"
     if any(getattr(i, "mutation_type", None) == MutationType.MUTATED_OUT_GRAPH for i in meta.input_info):
@@ -82,9 +87,6 @@ class AirgraphCompiled(SerializableCallable):
 
     @classmethod
     def serialize_compile_artifacts(cls, fn: "AirgraphCompiled") -> bytes:
-        from . import __version__
-        from .compiler import lower_graph
-
         s = fn.state
         if "cached" in s:  # a compile cache hit: its entry's lowered graph, weights named by position
             c = s["cached"]
@@ -113,8 +115,6 @@ class AirgraphCompiled(SerializableCallable):
 
 def _artifacts(graph: bytes, feeding: dict, consts: dict, writes: list, config) -> bytes:
     """The bytes torch's aot_compile saves: the lowered graph (weights by name) and how to feed it."""
-    from . import __version__
-
     meta = {"version": ARTIFACT_VERSION, "airgraph": __version__, "torch": torch.__version__, **feeding,
             "consts": consts, "writes": writes,
             "config": {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
@@ -140,14 +140,10 @@ class LoadedAot:
         self._lock = threading.Lock()
 
     def _lowered(self, consts: dict):
-        from .compiler import Lowered, const_resolver
-
         g, _, _ = C.load_graph_bytes(self.graph_bytes, const_resolver({self.consts[i]: t for i, t in consts.items()}))
         return Lowered.from_feeding(g, self.meta)
 
     def _build(self, args):
-        from .compiler import CompileReport, engine_runner
-
         consts = {i: args[i] for i in self.consts}
         for i, t in consts.items():
             if not isinstance(t, torch.Tensor):

@@ -19,9 +19,11 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import aot as aot_compile_support
 from . import cache as _cache
-from .compiler import CompileReport, ShapeSpec, compile_aten_graph
+from .compiler import compile_aten_graph, engine_runner
 from .config import CompilerConfig
 from .decompositions import decomposition_table
+from .graph_types import CompileReport
+from .shapes import ShapeSpec
 
 log = logging.getLogger("airgraph")
 
@@ -188,14 +190,13 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
     state = {"report": report, "config": config}
     # the compile cache's entry for this Dynamo graph: a hit skips AOTAutograd too (airgraph/cache.py)
     dkey, t0 = None, time.perf_counter()
-    if config.cache_dir and not (config.dump_graph or config.dump_data or config.fault_node or config.run_eagerly) \
-            and (spec is None or not (spec.values or spec.gears)):
+    if _cache.usable(config) and (spec is None or not (spec.values or spec.gears)):
         with unset_fake_temporarily():  # (Dynamo calls backends with its fake mode on)
             dkey = _cache.dynamo_key(gm, real, params, config)
     key_ms = (time.perf_counter() - t0) * 1000
     if dkey is not None:
         with unset_fake_temporarily():
-            hit = _cache.load_dynamo(config.cache_dir, dkey, real, params, config, report)
+            hit = _cache.load_dynamo(config.cache_dir, dkey, real, params, config, report, engine_runner)
         if hit is not None:
             run, state["cached"] = hit  # (torch's aot_compile saves the entry's lowered graph)
             report.compile_ms = (time.perf_counter() - t0) * 1000
@@ -215,8 +216,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         # one entry per graph: the Dynamo graph's where it can be kept, else the ATen graph's
         with unset_fake_temporarily():
             _write_entries(aot_gm, consts, aten_entries)
-        for eg in report.graphs:  # (the graphs kept for the entry are not needed any more)
-            eg.optimized_graph = eg.lowered_graph = None
+        report.cache_graphs[:] = []  # (the graphs kept for the entry are not needed any more)
         return out
 
     def _write_entries(aot_gm, consts, aten_entries):

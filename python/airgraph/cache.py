@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import json
 import logging
@@ -40,6 +41,9 @@ import threading
 import torch
 
 from ._core import C, EngineError
+from ._version import __version__
+from .config import CompilerConfig, default_cache_dir as default_dir
+from .graph_types import Lowered, NodeReport, const_resolver, get_attr_tensor
 
 log = logging.getLogger("airgraph")
 
@@ -57,7 +61,11 @@ _stats = {"hits": 0, "optimized_hits": 0, "dynamo_hits": 0, "misses": 0, "writes
 _lock = threading.Lock()
 
 
-from .config import default_cache_dir as default_dir  # noqa: E402
+def _count(**counts) -> None:
+    """Adds to this process's statistics (cache_info), under the lock: compiles may run in threads."""
+    with _lock:
+        for k, v in counts.items():
+            _stats[k] += v
 
 
 def _cpu_features() -> str:
@@ -99,8 +107,6 @@ def _arg_text(a) -> str:
 def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=()) -> str:
     """The SHA-256 of everything lower_graph reads from `gm` and `consts`, and of `passes` (what the
     passes are told: switched-off passes, folding limit; see the module text)."""
-    from . import __version__
-
     global _CPU
     if _CPU is None:
         _CPU = _cpu_features()
@@ -150,8 +156,6 @@ def _put_nodes(h: _KeyHash, gm, target_text) -> bool:
     """Hashes every call's kind, target, arguments and source line, the bytes of tensors the traced
     code created, and the outputs; False for what no key can name (a module call, an attribute
     that is not a tensor)."""
-    from .compiler import get_attr_tensor
-
     put, names = h.put, {}
     for n in gm.graph.nodes:
         if n.op in ("call_function", "call_method"):
@@ -202,16 +206,13 @@ def _present(path: str) -> bool:
     """Whether the entry's file exists (a miss is counted when not)."""
     if os.path.exists(path):
         return True
-    with _lock:
-        _stats["misses"] += 1
+    _count(misses=1)
     return False
 
 
 def _read(path: str, key: str, weights: dict):
     """(graph, metadata) of the entry at `path`, its weights bound by name; raises when it is not a
     whole entry of this format for `key`."""
-    from .compiler import const_resolver
-
     with open(path, "rb") as f:
         g, _, text = C.load_graph_bytes(f.read(), const_resolver(weights))
     meta = json.loads(text)
@@ -225,9 +226,7 @@ def _discard(paths, e: Exception, miss: bool = True) -> None:
     rebuilt, with a warning; never an error."""
     log.warning("airgraph: compile cache entry %s is unusable (%s: %s); it is rebuilt", paths[0], type(e).__name__,
                 str(e).splitlines()[0] if str(e) else "")
-    with _lock:
-        _stats["rebuilt"] += 1
-        _stats["misses"] += miss
+    _count(rebuilt=1, misses=miss)
     for p in paths:
         try:
             os.unlink(p)
@@ -238,8 +237,6 @@ def _discard(paths, e: Exception, miss: bool = True) -> None:
 def load(folder: str, key: str, gm, consts):
     """(the cached Lowered for `key`, LOWERED or OPTIMIZED), or None: a miss, an entry made for
     other weights (see the module text), or an entry that could not be used (removed)."""
-    from .compiler import Lowered
-
     path = _path(folder, key)
     if not _present(path):
         return None
@@ -257,13 +254,9 @@ def load(folder: str, key: str, gm, consts):
     if _digest(weights, derived["sources"]) != derived.get("digest"):
         # its folded constants were computed from other weights than this process's
         log.info("airgraph: compile cache entry %s was made for other weights; compiled anew", path)
-        with _lock:
-            _stats["other_weights"] += 1
-            _stats["misses"] += 1
+        _count(other_weights=1, misses=1)
         return None
-    with _lock:
-        _stats["hits"] += 1
-        _stats["optimized_hits"] += stage == OPTIMIZED
+    _count(hits=1, optimized_hits=stage == OPTIMIZED)
     return low, stage
 
 
@@ -282,8 +275,6 @@ def derived_sources(g, weights: dict):
 def store(folder: str, key: str, gm, consts, low, stage: str, sources: list) -> None:
     """Writes the entry (atomically: a reader sees the whole file or none): the weights by name, the
     constants computed from `sources` by value, with the digest of those weights."""
-    from . import __version__
-
     weights = _by_name(gm, consts)
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "key": key, "stage": stage,
             "derived": {"sources": sources, "digest": _digest(weights, sources)}, **low.feeding()}
@@ -301,11 +292,9 @@ def _write(folder: str, files) -> None:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
-        with _lock:
-            _stats["writes"] += 1
+        _count(writes=1)
     except Exception as e:
-        with _lock:
-            _stats["errors"] += 1
+        _count(errors=1)
         log.warning("airgraph: could not write the compile cache entry in %s: %s: %s", folder, type(e).__name__, e)
 
 
@@ -331,33 +320,53 @@ def _store_later(fn):
         stores.append(fn)
 
 
-def compiled(gm, consts, folder: str, passes, lower, optimize):
-    """(Lowered, the pass statistics or None when the passes are still to run, the lowered graph or
-    None when it is not at hand) through the cache in `folder`. A miss lowers, runs optimize(g)
-    (the passes, in place; returns their statistics) and writes the optimized graph, or the lowered
-    one when the weights its folded constants came from exceed DERIVED_MAX_BYTES."""
-    import dataclasses
+def usable(config: CompilerConfig) -> bool:
+    """May a compile with `config` use the compile cache? (The one place that says so.) Not without
+    a folder, and not while dumping, injecting faults or running eagerly: those watch every stage."""
+    return bool(config.cache_dir) and not (config.watches_stages or config.run_eagerly)
 
-    key = graph_key(gm, consts, passes)
-    hit = load(folder, key, gm, consts)
-    if hit is not None:
-        low, stage = hit
-        return (low, [], None) if stage == OPTIMIZED else (low, None, low.g.clone())
-    low = lower()
-    kept = low.g.clone()  # the lowered graph, in case the optimized one is not the one kept
-    stats = optimize(low.g)
-    weights = _by_name(gm, consts)
-    sources = derived_sources(low.g, weights)
-    if sources is not None and sum(weights[n].numel() * weights[n].element_size() for n in sources) \
-            <= DERIVED_MAX_BYTES:
-        # (value ids change in the passes: the FX names of values are for dumps, which skip the cache)
-        _store_later(lambda: store(folder, key, gm, consts, dataclasses.replace(low, fx_names={}), OPTIMIZED,
-                                   sources))
-    elif derived_sources(kept, weights) == []:
-        log.debug("airgraph: the compile cache keeps the lowered graph: its folded constants come from "
-                  "%s of weights", "too many bytes" if sources else "unnamed")
-        _store_later(lambda: store(folder, key, gm, consts, dataclasses.replace(low, g=kept), LOWERED, []))
-    return low, stats, kept
+
+def aten_key(gm, consts, config: CompilerConfig) -> str:
+    """The key of an ATen graph's entry (see graph_key)."""
+    return graph_key(gm, consts, (sorted(config.disable_passes), config.fold_max_bytes))
+
+
+def lookup(gm, consts, config: CompilerConfig):
+    """(key, the cached Lowered or None, its stage) for the ATen graph `gm` with weights `consts`."""
+    key = aten_key(gm, consts, config)
+    hit = load(config.cache_dir, key, gm, consts)
+    return (key, None, None) if hit is None else (key, *hit)
+
+
+class EntryWriter:
+    """Pipeline observer of a graph compiled through the compile cache: keeps the graph as lowered
+    and after the passes in report.cache_graphs (for the Dynamo-level entry, which the backend
+    writes or not) and, after a miss (`store`), writes the ATen-level entry: the optimized graph,
+    or the lowered one when the weights its folded constants came from exceed DERIVED_MAX_BYTES."""
+
+    def __init__(self, folder: str, key: str, gm, consts, report, store: bool):
+        self.folder, self.key, self.gm, self.consts, self.report, self.store = folder, key, gm, consts, report, store
+        self.kept = None
+
+    def lowered(self, gid, low):
+        self.kept = low.g.clone()  # the lowered graph, in case the optimized one is not the one kept
+
+    def optimized(self, gid, low, stats):
+        self.report.cache_graphs.append((self.kept, low.g))
+        if not self.store:
+            return
+        folder, key, gm, consts, kept = self.folder, self.key, self.gm, self.consts, self.kept
+        weights = _by_name(gm, consts)
+        sources = derived_sources(low.g, weights)
+        if sources is not None and sum(weights[n].numel() * weights[n].element_size() for n in sources) \
+                <= DERIVED_MAX_BYTES:
+            # (value ids change in the passes: the FX names of values are for dumps, which skip the cache)
+            _store_later(lambda: store(folder, key, gm, consts, dataclasses.replace(low, fx_names={}), OPTIMIZED,
+                                       sources))
+        elif derived_sources(kept, weights) == []:
+            log.debug("airgraph: the compile cache keeps the lowered graph: its folded constants come from "
+                      "%s of weights", "too many bytes" if sources else "unnamed")
+            _store_later(lambda: store(folder, key, gm, consts, dataclasses.replace(low, g=kept), LOWERED, []))
 
 
 # ----------------------------------------------------------------------------- symbolic graphs
@@ -378,8 +387,6 @@ def _optimized_path(path: str) -> str:
 def load_symbolic(folder: str, key: str, gm, consts, hint: list, vals: list):
     """(the template Lowered, its optimized graph or None, the probe sizes) for `key` at this
     process's first sizes `hint` and value inputs `vals`, or None (a miss)."""
-    from .compiler import Lowered, const_resolver
-
     path = _path(folder, key)
     if not _present(path):
         return None
@@ -395,25 +402,19 @@ def load_symbolic(folder: str, key: str, gm, consts, hint: list, vals: list):
             with open(_optimized_path(path), "rb") as f:
                 opt, _, _ = C.load_graph_bytes(f.read(), const_resolver(weights))
         elif meta["optimized"]:
-            with _lock:
-                _stats["other_weights"] += 1
+            _count(other_weights=1)
     except Exception as e:  # corrupt, truncated, stale or foreign: rebuilt, never an error
         _discard([path, _optimized_path(path)], e)
         return None
     if meta.get("values") != list(vals) or low.g.failed_guard(list(hint)) is not None:
-        with _lock:  # (recorded for other value inputs, or at sizes whose decisions differ from these)
-            _stats["misses"] += 1
+        _count(misses=1)  # (recorded for other value inputs, or at sizes whose decisions differ from these)
         return None
-    with _lock:
-        _stats["hits"] += 1
-        _stats["optimized_hits"] += opt is not None
+    _count(hits=1, optimized_hits=opt is not None)
     return low, opt, probe
 
 
 def store_symbolic(folder: str, key: str, gm, consts, template, opt, probe: list, vals: list) -> None:
     """Writes the entry of a template (and its optimized graph, or None) recorded for `key`."""
-    from . import __version__
-
     weights = _by_name(gm, consts)
     sources = derived_sources(opt, weights) if opt is not None else None
     if sources is None or sum(weights[n].numel() * weights[n].element_size() for n in sources) > DERIVED_MAX_BYTES:
@@ -459,10 +460,6 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
     """The SHA-256 of a Dynamo graph, its example inputs' types and the config, or None when the
     graph is not kept at this level (a module call left in the graph, a non-tensor or symbolic
     input, gradients wanted, a target without a stable name)."""
-    import dataclasses
-
-    from . import __version__
-
     global _CPU
     if _CPU is None:
         _CPU = _cpu_features()
@@ -494,13 +491,10 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
 def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> bool:
     """Writes the Dynamo-level entry of a graph compiled whole into report.graphs[0] (see above);
     False when it cannot be kept at this level."""
-    from . import __version__
-    from .compiler import Lowered
-
     eg = report.graphs[0]
-    g, lowered = eg.optimized_graph, eg.lowered_graph
-    if g is None:
+    if len(report.cache_graphs) != 1:
         return False
+    lowered, g = report.cache_graphs[0]
     weights = _by_name(gm, consts)  # (by the ATen graph's names; the file names them w<argument position>)
     phs = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     rename = {phs[i]: f"w{i}" for i in consts}
@@ -533,12 +527,11 @@ def store_dynamo(folder: str, key: str, gm, report, consts: dict, writes) -> boo
     return True  # (written, or refused by a disk that would refuse the ATen-level entry too)
 
 
-def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, report):
+def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, report, engine_runner):
     """(the compiled callable from the Dynamo-level entry `key`, what torch's aot_compile saves of
     it: airgraph/aot.py's artifacts), or None (a miss; an unusable entry is removed and counted as
-    rebuilt). params: position -> the user's name of a weight (messages)."""
-    from .compiler import Lowered, NodeReport, const_resolver, engine_runner
-
+    rebuilt). params: position -> the user's name of a weight (messages); engine_runner: makes the
+    callable (compiler.engine_runner)."""
     path = _path(folder, key)
     if not os.path.exists(path):  # (the ATen graph's lookup that follows counts the miss)
         return None
@@ -575,8 +568,7 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
             if not same:
                 log.info("airgraph: compile cache entry %s was made for other weights; its lowered graph is "
                          "optimized again", path)
-                with _lock:
-                    _stats["other_weights"] += 1
+                _count(other_weights=1)
             return Lowered.from_feeding(g, meta), state["optimized"]
 
         report.nodes[:] = [NodeReport(*n) for n in meta["nodes"]]
@@ -589,10 +581,7 @@ def load_dynamo(folder: str, key: str, example_inputs, params: dict, config, rep
         report.engine_graphs = 0
         _discard([path, lowered_path], e, miss=False)  # (the ATen graph's lookup that follows counts the miss)
         return None
-    with _lock:
-        _stats["hits"] += 1
-        _stats["dynamo_hits"] += 1
-        _stats["optimized_hits"] += bool(state["optimized"])
+    _count(hits=1, dynamo_hits=1, optimized_hits=bool(state["optimized"]))
     return run, {"graph": lowered, "feeding": {k: meta[k] for k in ("input_positions", "scalar_inputs", "num_outputs")},
                  "consts": meta["consts"], "writes": meta["writes"]}
 

@@ -10,6 +10,8 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from ._core import C
+
 
 def _env(name: str, default=None):
     return os.environ.get(name, default)
@@ -51,7 +53,7 @@ class CompilerConfig:
     # unsupported op is an error instead.
     fallback: bool = True
     # Names of C++ passes to switch off (see airgraph.pass_names()), to bisect a
-    # wrong result to a pass.
+    # wrong result to a pass. A name that is no such pass is refused, with the list.
     disable_passes: list[str] = field(default_factory=list)
     # Largest constant (bytes) the constant folder may create.
     fold_max_bytes: int = 1 << 20
@@ -103,6 +105,16 @@ class CompilerConfig:
             raise TypeError(renamed)
         return super().__new__(cls)
 
+    def __post_init__(self):
+        check_pass_names(self.disable_passes)
+
+    @property
+    def watches_stages(self) -> bool:
+        """Do the debug switches watch every stage of every graph (graph or data dumps, a fault
+        injected into a node)? Then nothing is taken from the compile cache and no symbolic graph
+        shares its passes between sizes: each graph runs every stage itself."""
+        return bool(self.dump_graph or self.dump_data or self.fault_node)
+
     @classmethod
     def from_options(cls, options: dict | None) -> "CompilerConfig":
         if not options:
@@ -116,6 +128,24 @@ class CompilerConfig:
             raise ValueError(f"unknown airgraph options {sorted(unknown)}; valid: {sorted(names)}")
         return cls(**options)
 
+
+def check_pass_names(names) -> None:
+    """Refuses a name in disable_passes that is no pass of the C++ pipeline (it would be ignored
+    silently), and the one pass the executor needs (materialize_outputs), naming the valid ones."""
+    if isinstance(names, (str, bytes)) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"disable_passes takes a list of pass names, got {names!r}")
+    valid = [p for p in C.pass_names() if p not in _REQUIRED_PASSES]
+    bad = [n for n in names if n not in valid]
+    if bad:
+        required = [n for n in bad if n in _REQUIRED_PASSES]
+        raise ValueError(f"disable_passes: {', '.join(map(repr, bad))} "
+                         + ("cannot be switched off (the executor needs it)" if required == bad
+                            else "is no pass" if len(bad) == 1 else "are no passes")
+                         + f"; the passes that can be switched off are {', '.join(valid)}")
+
+
+# Passes the executor relies on: always run (csrc/passes/pipeline.cpp)
+_REQUIRED_PASSES = ("materialize_outputs",)
 
 # Options that no longer exist, with what to use instead.
 _RENAMED = {

@@ -13,6 +13,8 @@ import functools
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from .lowering import LOWERINGS, families  # noqa: F401  (families: every op's table row registers)
+
 aten = torch.ops.aten
 
 _DECOMPOSE = [
@@ -52,9 +54,6 @@ _DECOMPOSE = [
 
 @functools.cache
 def decomposition_table():
-    from .lowering import LOWERINGS, load_all
-
-    load_all()
     table = get_decompositions(_DECOMPOSE)
     for op, fn in core_aten_decompositions().items():
         if op not in LOWERINGS:

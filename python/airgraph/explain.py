@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from . import backend as _backend
-from .compiler import CompileReport
 from .config import CompilerConfig
+from .graph_types import CompileReport
 
 
 @dataclass

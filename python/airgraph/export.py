@@ -23,38 +23,35 @@ them, rebuilt into the model's structure where torch's pytree can serialize it.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
+import inspect
 import json
 import os
 import tempfile
-import threading
 import warnings
 
+import sympy
 import torch
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils._pytree import tree_leaves, tree_unflatten, treespec_dumps, treespec_loads
 
 from ._core import C, EngineError
-from .compiler import (CompileReport, EngineGraph, InputMismatch, Lowered, ShapeSpec, SymbolicEngineGraph,
-                       _key_function, graph_symbols, graph_without_fx, hint_sizes, lower_graph, node_support, source_line,
-                       target_name)
+from ._version import __version__
 from .config import CompilerConfig
 from .decompositions import decomposition_table
+from .graph_types import CompileReport, InputMismatch, Lowered
+from .lower import check_support, lower_graph
 from .lowering import Unsupported, bound_sizes
+from .pipeline import compile_graph, observers_for
+from .shapes import ShapeSpec, graph_symbols, hint_sizes, key_function
+from .symbolic import SymbolicEngineGraph
 
 FORMAT = "airgraph-export"
 FORMAT_VERSION = 1
 
 
-def _version() -> str:
-    from . import __version__
-
-    return __version__
-
-
 def _input_constants(ep) -> tuple[dict[int, torch.Tensor], list[int]]:
     """Placeholder position -> parameter/buffer/constant tensor, and the user inputs' positions."""
-    from torch.export.graph_signature import InputKind
-
     consts, user = {}, []
     named = dict(ep.named_buffers())
     named.update(dict(ep.named_parameters()))
@@ -90,8 +87,6 @@ def _dim_names(model, gm, user: list, num_args: int, kwarg_names: list, dynamic_
     """Symbol -> the name of the torch.export.Dim the user gave that size (for a derived dim, 2 * seq,
     the name of its root, seq, when the size is a * symbol + b of one symbol), read from
     `dynamic_shapes` beside the user inputs (args, then kwargs)."""
-    import inspect
-
     if not dynamic_shapes:
         return {}
     specs = [None] * len(user)
@@ -132,8 +127,6 @@ def _dim_names(model, gm, user: list, num_args: int, kwarg_names: list, dynamic_
 
 def _size_text(d, names: dict) -> str:
     """A symbolic size as text, with the user's Dim names for torch's symbols (n + 1, not s17 + 1)."""
-    import sympy
-
     expr = d.node.expr if isinstance(d, torch.SymInt) else d
     return str(expr.xreplace({s: sympy.Symbol(n) for s, n in names.items()})) if names else str(expr)
 
@@ -143,8 +136,6 @@ def _range_guards(ep, seg, low) -> list[str]:
     them) to the graph as guards, so that the loaded model (and airgraph-run) refuses sizes
     outside them; returns the sizes at the ends of those ranges that the graph refuses (a
     decision the lowering took at the example's sizes), for a warning."""
-    import sympy
-
     rec = seg.template_rec
     hint = list(rec.hints)
     refused = []
@@ -182,8 +173,6 @@ def _out_structure(spec) -> dict:
     if spec.type in (tuple, list) and all(c.is_leaf() for c in children):
         return {"kind": spec.type.__name__}
     try:
-        from torch.utils._pytree import treespec_dumps
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             return {"kind": "pytree", "spec": treespec_dumps(spec)}
@@ -204,8 +193,6 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
                                  strict=strict)
         ep = ep.run_decompositions(decomposition_table())
         want = ep.module()(*example_inputs, **example_kwargs)
-    from torch.export.graph_signature import OutputKind
-
     kinds = {s.kind for s in ep.graph_signature.output_specs}
     if kinds - {OutputKind.USER_OUTPUT}:
         raise Unsupported(f"the exported program has outputs of kinds {sorted(k.name for k in kinds)}; airgraph.export "
@@ -215,9 +202,9 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
     consts, user = _input_constants(ep)
     with bound_sizes(hint_sizes(gm)) if graph_symbols(gm) else contextlib.nullcontext():
         # (a symbolic graph's support is decided at the traced sizes, as torch.compile's is)
-        bad = [(n, why) for n in gm.graph.nodes if n.op == "call_function" for ok, why in [node_support(n)] if not ok]
+        bad = [r for r in check_support(gm)[0] if not r.native]
     if bad:
-        lines = [f"  {n.name} ({target_name(n)}): {why}\n    at {source_line(n)}" for n, why in bad[:10]]
+        lines = [f"  {r.name} ({r.target}): {r.reason}\n    at {r.source}" for r in bad[:10]]
         raise Unsupported(f"{len(bad)} node(s) cannot run on the engine, and an exported graph has no PyTorch "
                           "fallback:\n" + "\n".join(lines))
     report = CompileReport()
@@ -226,6 +213,7 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
         names = _dim_names(model, gm, user, len(example_inputs), list(example_kwargs), dynamic_shapes)
         seg = SymbolicEngineGraph(gm, consts, CompilerConfig(lower_once=True, cache_dir=""), report,
                                   ShapeSpec(symbol_names=names))
+        seg.lower_template()  # (no program is built here: the check below loads the file and builds one)
         if seg.template is None:
             raise Unsupported(f"the graph's symbolic sizes cannot be lowered once for every size: "
                               f"{seg.template_reason}")
@@ -244,7 +232,7 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
             raise Unsupported(f"graph input {p} is neither a user input nor a constant")
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     meta = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "airgraph": _version(), "torch": torch.__version__,
+        "format": FORMAT, "format_version": FORMAT_VERSION, "airgraph": __version__, "torch": torch.__version__,
         "num_user_inputs": len(user),
         "args": len(example_inputs), "kwargs": list(example_kwargs),  # user inputs: args, then kwargs by name
         # engine input j reads user argument inputs[j]["arg"]
@@ -259,7 +247,7 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
         "num_outputs": low.num_outputs,
         "outputs": _out_structure(ep.call_spec.out_spec),
     }
-    data = low.g.save(True, f"airgraph {_version()}", json.dumps(meta))
+    data = low.g.save(True, f"airgraph {__version__}", json.dumps(meta))
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".airgraph-export-")
@@ -277,8 +265,6 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
 
 
 def _compare(got, want, atol, rtol):
-    from torch.utils._pytree import tree_leaves
-
     g, w = tree_leaves(got), tree_leaves(want)
     if len(g) != len(w):
         raise EngineError(f"export check: the exported graph gives {len(g)} outputs, the model {len(w)}")
@@ -314,16 +300,16 @@ class LoadedModel:
                                meta["num_outputs"], {})
         self.symbols = meta["symbols"]
         getters = [tuple(g) for g in meta["getters"]]
-        self._key = _key_function(getters, [])  # a size binding from the arguments
+        self._key = key_function(getters, [])  # a size binding from the arguments
         # symbols solved from a dim a * symbol + b (derived Dims): a dim that is no such size is refused
         self._derived = [(k, g) for k, g in enumerate(getters) if len(g) == 4 and g[2:] != (1, 0)]
         self._arg_names = {x["arg"]: x["name"] for x in ins}  # (messages)
         self._rebuild = self._out_rebuilder(meta.get("outputs") or {})
         self.report = CompileReport()
-        self._lock = threading.Lock()
-        self._programs: collections.OrderedDict = collections.OrderedDict()
-        self._prepack, self._kernels, self._arena = C.PrepackCache(), C.KernelCache(), C.ArenaSource()
-        self._static = None if self.symbols else self._build(None)
+        # the engine program: one for a static graph, one per size binding (a SizedGraph) for a symbolic one
+        self.compiled = compile_graph(self.lowered, self.config, self.report, observers_for(self.config))
+        self._static = None if self.symbols else self.compiled
+        self._programs = None if self._static is not None else self.compiled.programs
 
     @staticmethod
     def _out_rebuilder(structure: dict):
@@ -333,16 +319,9 @@ class LoadedModel:
         if kind == "list":
             return list
         if kind == "pytree":
-            from torch.utils._pytree import tree_unflatten, treespec_loads
-
             spec = treespec_loads(structure["spec"])
             return lambda outs: tree_unflatten(outs, spec)
         return tuple
-
-    def _build(self, sizes):
-        low = self.lowered if sizes is None else self.lowered.instance(sizes)
-        return EngineGraph(graph_without_fx(), {}, self.config, self.report, self._prepack, self._arena, keep_text=sizes is None,
-                         lowered=low, kernel_cache=self._kernels)
 
     def _program(self, args):
         try:
@@ -356,20 +335,11 @@ class LoadedModel:
                 size = (f"{a}*{sym}" if a != 1 else sym) + (f" + {b}" if b > 0 else f" - {-b}" if b < 0 else "")
                 raise EngineError(f"{self.path}: input {self._arg_names.get(i, i)!r} dim {d} is {args[i].shape[d]}, "
                                   f"which is not {size} for any size {sym}")
-        eg = self._programs.get(key)
-        if eg is None:
-            with self._lock:
-                eg = self._programs.get(key)
-                if eg is None:
-                    try:
-                        eg = self._build(key)
-                    except EngineError as e:
-                        at = "" if str(e).startswith("at sizes") else f"sizes {dict(zip(self.symbols, key))}: "
-                        raise EngineError(f"{self.path}: {at}{e}") from None
-                    self._programs[key] = eg
-                    while len(self._programs) > max(1, self.config.dynamic_sizes):
-                        self._programs.popitem(last=False)
-        return eg
+        try:
+            return self._programs.get(key)
+        except EngineError as e:
+            at = "" if str(e).startswith("at sizes") else f"sizes {dict(zip(self.symbols, key))}: "
+            raise EngineError(f"{self.path}: {at}{e}") from None
 
     def __call__(self, *args, **kwargs):
         if kwargs or len(args) != self.num_inputs:
@@ -382,8 +352,6 @@ class LoadedModel:
     def _explain(self, args, e: EngineError) -> EngineError:
         """The program refused an input: say which input and dim, and the size the file's graph needs
         there, in the user's names (`x dim 0 is 7, but the graph needs n + 1 = 4 at n=3`)."""
-        import sympy
-
         try:
             tensors = [(x, args[x["arg"]]) for x in self.meta["inputs"] if not x["scalar"]]
             for x, a in tensors:

@@ -1,7 +1,9 @@
 """Shared helpers for the Python tests.
 
 check(fn, *inputs): compiles `fn` with airgraph (fallback off, so every node
-must run natively), runs it, and compares every output with eager PyTorch.
+must run natively), runs it, and compares every output with eager PyTorch (a NaN
+must stand where eager has one: equal_nan=True, the default; pass equal_nan=False
+for outputs that must hold no NaN at all). It is the one entry for op tests.
 """
 import os
 import tempfile
@@ -35,7 +37,7 @@ def _flat(out):
     return []
 
 
-def assert_close(got, want, atol=None, rtol=None, msg=""):
+def assert_close(got, want, atol=None, rtol=None, msg="", equal_nan=True):
     g, w = _flat(got), _flat(want)
     assert len(g) == len(w), f"{msg}: {len(g)} outputs vs {len(w)} eager"
     for i, (a, b) in enumerate(zip(g, w)):
@@ -44,7 +46,7 @@ def assert_close(got, want, atol=None, rtol=None, msg=""):
         if a.dtype.is_floating_point:
             at, rt = TOL.get(a.dtype, (1e-5, 1e-4))
             torch.testing.assert_close(a, b, atol=atol if atol is not None else at,
-                                       rtol=rtol if rtol is not None else rt, equal_nan=True,
+                                       rtol=rtol if rtol is not None else rt, equal_nan=equal_nan,
                                        msg=lambda m: f"{msg} output {i}: {m}")
         else:
             assert torch.equal(a, b), f"{msg} output {i}: integer/bool results differ"
@@ -57,12 +59,13 @@ def compile_native(fn, **cfg):
     return torch.compile(fn, backend=airgraph.get_backend(config), dynamic=False)
 
 
-def check(fn, *inputs, atol=None, rtol=None, **cfg):
-    """Runs fn eagerly and through airgraph (all nodes native) and compares."""
+def check(fn, *inputs, atol=None, rtol=None, equal_nan=True, **cfg):
+    """Runs fn eagerly and through airgraph (all nodes native) and compares: floats within the
+    dtype's tolerance (NaN matching NaN unless equal_nan=False), integers and bools exactly."""
     with torch.no_grad():
         want = fn(*inputs)
         got = compile_native(fn, **cfg)(*inputs)
-    assert_close(got, want, atol, rtol, msg=getattr(fn, "__name__", "fn"))
+    assert_close(got, want, atol, rtol, msg=getattr(fn, "__name__", "fn"), equal_nan=equal_nan)
     return got
 
 

@@ -186,16 +186,16 @@ def test_random_sizes_match_eager_and_plans_stay_static():
     syms = check_sizes(blk, lambda n: (torch.randn(2, n, 16),), sizes, max_graphs=2)  # MHA: a graph break
     assert len(syms[0].build_ms) == len(set(sizes))
     arenas = {}
-    for key, run in syms[0].instances.items():
-        st = run.__self__.exe.stats()  # the EngineGraph built for that size
+    for key, eg in syms[0].programs.items():
+        st = eg.exe.stats()  # the EngineGraph built for that size
         assert st["arena_bytes"] <= st["naive_bytes"], (key, st)
         arenas[max(key)] = st["arena_bytes"]  # the sequence length (the batch is 2)
     small, large = min(arenas), max(arenas)
     assert arenas[small] < arenas[large], f"the arena does not follow the size: {arenas}"
     # the programs share one arena, of the largest size seen, not one each
     need = max((st["arena_bytes"] + 63) // 64 * 64 + st["scratch_bytes"]
-               for st in (run.__self__.exe.stats() for run in syms[0].instances.values()))
-    assert syms[0].arena.bytes_held == need, (syms[0].arena.bytes_held, need)
+               for st in (eg.exe.stats() for eg in syms[0].programs.values()))
+    assert syms[0].shared.arena.bytes_held == need, (syms[0].shared.arena.bytes_held, need)
 
 
 def test_threads_at_different_sizes():
@@ -232,7 +232,7 @@ def test_programs_share_packed_weights():
     """Weights are packed once for every size (PrepackCache), not once per size."""
     lin = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64)).eval()
     syms = check_sizes(lin, lambda n: (torch.randn(n, 64),), (3, 5, 8, 13))
-    assert syms[0].prepack_cache.hits >= 3, f"only {syms[0].prepack_cache.hits} packed weights shared"
+    assert syms[0].shared.prepack_cache.hits >= 3, f"only {syms[0].shared.prepack_cache.hits} packed weights shared"
 
 
 def test_size_cache_is_bounded():
@@ -246,7 +246,7 @@ def test_size_cache_is_bounded():
             x = torch.randn(n, 8)
             assert_close(c(x), x @ w)
     sg = [g for r in reps for g in r.symbolic][0]
-    assert sorted(k[0] for k in sg.instances) == [2, 5, 6]
+    assert sorted(k[0] for k in sg.programs.keys()) == [2, 5, 6]
     assert len(sg.build_ms) == 5
 
 
@@ -466,16 +466,16 @@ def test_passes_that_decide_by_the_traced_sizes_run_per_size(monkeypatch):
     sizes. A pipeline that behaves differently on the recorded graph (planted here: fusion off
     there only, as a decision bound to the traced sizes would) is caught by the check, and every
     size runs the passes itself, with correct results."""
-    from airgraph.compiler import SymbolicEngineGraph
+    from airgraph import symbolic
 
-    orig = SymbolicEngineGraph._optimize
+    orig = symbolic.run_passes
 
-    def planted(self, g):
+    def planted(g, config, after_pass=None):
         if g.is_symbolic():
-            return g.optimize({"fuse_elementwise"}, self.config.fold_max_bytes)
-        return orig(self, g)
+            return g.optimize({"fuse_elementwise"}, config.fold_max_bytes)
+        return orig(g, config, after_pass)
 
-    monkeypatch.setattr(SymbolicEngineGraph, "_optimize", planted)
+    monkeypatch.setattr(symbolic, "run_passes", planted)
 
     def f(x):
         return torch.relu(x * 2 + 1).reshape(-1, 2)

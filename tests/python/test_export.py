@@ -59,7 +59,7 @@ def test_dynamic_batch_export(tmp_path, dtype):
         for b in (1, 3, 4, 37):
             xb = torch.randn(b, 16, dtype=dtype)
             torch.testing.assert_close(lm(xb), m(xb), **tol)
-    assert len(lm._programs) == 4  # one engine program per size
+    assert len(lm.compiled.programs) == 4  # one engine program per size
 
 
 class Positions(torch.nn.Module):

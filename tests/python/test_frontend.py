@@ -37,6 +37,22 @@ def test_options_through_torch_compile():
             torch.compile(m, backend="airgraph", options={"no_such_option": 1})(x)
 
 
+def test_a_misspelled_pass_name_is_refused_with_the_valid_names():
+    with pytest.raises(ValueError, match="'fuse_epilogue' is no pass.*fuse_epilogues") as e:
+        airgraph.CompilerConfig(disable_passes=["cse", "fuse_epilogue"])
+    assert all(p in str(e.value) for p in airgraph.pass_names() if p != "materialize_outputs")
+    with pytest.raises(ValueError, match="materialize_outputs' cannot be switched off"):
+        airgraph.CompilerConfig(disable_passes=["materialize_outputs"])
+    with pytest.raises(TypeError, match="a list of pass names"):
+        airgraph.CompilerConfig(disable_passes="cse")
+    with pytest.raises(Exception, match="'no_such_pass' is no pass"):  # through torch.compile's options too
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(MLP().eval(), backend="airgraph", options={"disable_passes": ["no_such_pass"]})(
+                torch.randn(2, 8))
+    assert airgraph.CompilerConfig(disable_passes=list(airgraph.pass_names())[:-1]).disable_passes
+
+
 def test_parameters_are_bound_once_as_constants():
     m = MLP().eval()
     x = torch.randn(2, 8)
@@ -303,6 +319,6 @@ def test_thin_call_path_matches_the_checked_one():
         xt = torch.randn(3, 7, generator=g).t()  # sizes seen before, other strides
         for got, want in zip(comp(xt, y), f(xt, y)):
             torch.testing.assert_close(got, want)
-    graphs = [run.__self__ for r in reps for s in r.symbolic for run in s.instances.values()]
+    graphs = [eg for r in reps for s in r.symbolic for eg in s.programs.values()]
     assert sorted(eg.calls for eg in graphs) == [1, 2, 3], [eg.calls for eg in graphs]
     assert all((eg._guard is not None) == (eg.calls > 1) for eg in graphs)  # thin from the second call on

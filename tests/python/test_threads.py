@@ -96,3 +96,72 @@ def test_a_model_with_its_own_thread_count_leaves_the_callers_alone():
     for _ in range(3):  # the checked call, then the thin path
         torch.testing.assert_close(f(x), x * 2 + 1)
         assert torch.get_num_threads() == before
+
+
+def _hammer(fn, args_of, threads=4, calls=50):
+    """Calls fn(*args_of(t, k)) from `threads` threads at once, `calls` times each; re-raises the
+    first error a thread met."""
+    errors, start = [], threading.Barrier(threads)
+
+    def work(t):
+        try:
+            start.wait()
+            with torch.no_grad():
+                for k in range(calls):
+                    fn(*args_of(t, k))
+        except BaseException as e:  # noqa: BLE001 (handed to the test thread)
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def test_call_counts_are_exact_under_threads():
+    """The per-call state of a compiled graph (its call counter, the thin path's guard) is safe
+    under threads: no call is lost, whichever path each takes."""
+    w = torch.randn(16, 16)
+    with ag_backend.collect_reports() as sink:
+        c = torch.compile(lambda x: torch.relu(x @ w) + 1, backend="airgraph")
+        x = torch.randn(4, 16)
+        with torch.no_grad():
+            c(x)
+        _hammer(c, lambda t, k: (x,), threads=4, calls=200)
+    (eg,) = [g for r in sink for g in r.graphs]
+    assert eg.calls == 1 + 4 * 200, eg.calls
+
+
+def test_new_sizes_from_many_threads_build_each_program_once():
+    """A graph with symbolic sizes called from several threads with sizes it has not seen: each
+    size's program is built once (the per-size cache builds under its lock) and every result is
+    right."""
+    w = torch.randn(8, 8)
+    sizes = [3, 5, 7, 9, 11, 13]
+    xs = {n: torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in sizes}
+    be = airgraph.get_backend(airgraph.CompilerConfig())
+    with ag_backend.collect_reports() as sink:
+        c = torch.compile(lambda x: torch.tanh(x @ w), backend=be, dynamic=True)
+        with torch.no_grad():
+            c(torch.randn(2, 8))  # the trace (size 2)
+        results = {}
+
+        def call(t, k):
+            n = sizes[(t + k) % len(sizes)]
+            return (xs[n],)
+
+        def checked(x):
+            out = c(x)
+            results.setdefault(x.shape[0], []).append(out)
+
+        _hammer(checked, call, threads=4, calls=24)
+    (seg,) = [g for r in sink for g in r.symbolic]
+    assert sorted(k[0] for k in seg.programs.keys()) == [2] + sizes
+    assert len(seg.build_ms) == 1 + len(sizes), seg.build_ms  # the traced size, then each new one once
+    assert sorted(results) == sizes
+    for n, outs in results.items():
+        for out in outs:
+            torch.testing.assert_close(out, torch.tanh(xs[n] @ w))

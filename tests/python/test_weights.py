@@ -295,10 +295,10 @@ def test_weight_guard_uses_the_fast_path():
     """The guard reads each data pointer and version count in C, without calling torch's getters."""
     if getattr(airgraph._C, "WeightGuard", None) is None:
         pytest.skip("extension built without csrc/bindings/weights.cpp (the Python guard is used)")
-    assert airgraph.compiler._version_layout() != (-1, -1), "the version-counter probe did not verify"
+    assert airgraph.weights._version_layout() != (-1, -1), "the version-counter probe did not verify"
     m = linear_ln()
     ps = list(m.parameters())
-    g = airgraph.compiler.make_weight_guard(list(range(len(ps))), ps)
+    g = airgraph.weights.make_weight_guard(list(range(len(ps))), ps)
     assert g.fast and len(g) == len(ps)
     assert g.check(ps) == -1 and g.check(tuple(ps)) == -1
     assert g.check(ps[:2]) == 2, "a missing argument is a change"
@@ -308,11 +308,11 @@ def test_weight_guard_uses_the_fast_path():
     assert g.check(ps) == 3
     assert g.check(ps[:3] + [torch.zeros(3)] + ps[4:]) == 3
     assert g.check(ps[:1] + [None] + ps[2:]) == 1
-    g = airgraph.compiler.make_weight_guard(list(range(len(ps))), ps)
+    g = airgraph.weights.make_weight_guard(list(range(len(ps))), ps)
     with torch.no_grad():
         ps[2].detach()[0].mul_(3)  # through an alias's view: the shared counter moves
     assert g.check(ps) == 2
-    g = airgraph.compiler.make_weight_guard(list(range(len(ps))), ps)
+    g = airgraph.weights.make_weight_guard(list(range(len(ps))), ps)
     ps[1].data = torch.randn(ps[1].shape)  # storage replaced, version unchanged
     assert g.check(ps) == 1
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import backend as _backend  # (the module: this runs while airgraph.backend itself is imported)
+from .._core import C
+from ..config import CompilerConfig
 from . import dump as _dump
 from .eager import run_recording
 
@@ -86,8 +89,6 @@ def _flat(o):
 
 
 def _run_compiled(model, inputs, kwargs, config):
-    from .. import backend as _backend
-
     with _backend.collect_reports() as sink:
         torch._dynamo.reset()
         with torch.no_grad():
@@ -103,9 +104,6 @@ def _max_abs(got, want) -> float:
 def compare(model, *inputs, rtol: float = 1e-4, atol: float = 1e-5, config=None, bisect_passes: bool = True,
             **kwargs) -> CompareReport:
     """Runs eager and airgraph side by side and reports the first diverging node."""
-    from .. import pass_names
-    from ..config import CompilerConfig
-
     base = config or CompilerConfig()
     with torch.no_grad():
         want = model(*inputs, **kwargs)
@@ -115,11 +113,12 @@ def compare(model, *inputs, rtol: float = 1e-4, atol: float = 1e-5, config=None,
         got, graphs = _run_compiled(model, inputs, kwargs, cfg)
         rep.output_max_abs = _max_abs(got, want)
         for eg in graphs:
-            if eg.first_args is None:
+            d = getattr(eg, "data_dump", None)  # (debug/dump.py's record of its first call)
+            if d is None or d.first_args is None or d.gm is None:
                 continue
-            _, ref = run_recording(eg.gm, eg.first_args)
-            by_fx = {e["fx_name"]: (e, t) for e, t in eg.dumped if e.get("fx_name")}
-            for n in eg.gm.graph.nodes:
+            _, ref = run_recording(d.gm, d.first_args)
+            by_fx = {e["fx_name"]: (e, t) for e, t in d.dumped if e.get("fx_name")}
+            for n in d.gm.graph.nodes:
                 if n.name not in by_fx or n.name not in ref:
                     continue
                 e, t = by_fx[n.name]
@@ -132,7 +131,7 @@ def compare(model, *inputs, rtol: float = 1e-4, atol: float = 1e-5, config=None,
             if rep.first:
                 break
     if rep.first and bisect_passes:
-        for p in pass_names():
+        for p in C.pass_names():
             if p == "materialize_outputs":
                 continue
             cfg = dataclasses.replace(base, disable_passes=list(base.disable_passes) + [p])

@@ -6,16 +6,23 @@ A graph dump folder holds, per engine graph, one file set per stage:
 `consts.pt` (every constant any stage refers to) and `inputs.pt` (the first
 call's inputs), so each `.py` rebuilds the graph with the builder API, runs it
 and prints or saves the outputs.
+
+The compile pipeline (airgraph/pipeline.py) takes the dumps as observers of its stages:
+`GraphDump` (every stage of every engine graph, the first call's inputs) and `DataDump` (every
+value of the first call).
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import subprocess
 
 import torch
+
+log = logging.getLogger("airgraph")
 
 
 def _fmt_attrs(attrs: dict) -> str:
@@ -190,6 +197,95 @@ class GraphDumper:
         torch.save([t.detach().clone() for t in inputs], os.path.join(self.folder, "inputs.pt"))
 
 
+class GraphDump:
+    """Pipeline observer: dumps each engine graph's FX graph (when there is one), its lowered graph
+    and the graph after every pass into <dump_dir>/graph_<gid>, and its first call's inputs."""
+
+    def __init__(self, dump_dir: str, gm: torch.fx.GraphModule | None):
+        self.dump_dir, self.gm = dump_dir, gm
+        self.dumpers: dict[int, GraphDumper] = {}
+        self.current: GraphDumper | None = None  # (the pipeline runs one graph's stages at a time)
+
+    def lowered(self, gid, low):
+        self.current = self.dumpers[gid] = GraphDumper(os.path.join(self.dump_dir, f"graph_{gid}"), low.g)
+        if self.gm is not None:
+            self.current.write_fx(self.gm)
+        self.current.stage_dump("lowered", low.g.describe())
+
+    def after_pass(self, name, desc):
+        self.current.stage_dump(name, desc)
+
+    def template(self, gid, symbols: str, guards: dict, g):
+        """A symbolic graph lowered once for every size, with its size expressions and guards."""
+        folder = os.path.join(self.dump_dir, f"graph_{gid}_symbolic")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "lowered_once.txt"), "w") as f:
+            f.write(f"# symbols: {symbols}\n")
+            f.write("".join(f"# guard: {rel} is {out}\n" for rel, out in guards.items()))
+            f.write(str(g))
+
+    def called(self, eg, n, args, inputs, outputs):
+        if n == 1 and eg.gid in self.dumpers:
+            self.dumpers[eg.gid].save_inputs(inputs)
+
+
+class DataDumpRecord:
+    """What a data dump kept of one engine graph (airgraph.debug.compare reads it): the FX graph,
+    the dumped entries and tensors of the first call, and that call's arguments."""
+
+    def __init__(self, gm, entries):
+        self.gm, self.entries = gm, entries
+        self.dumped: list[tuple[dict, torch.Tensor]] = []
+        self.first_args: list | None = None
+
+
+class DataDump:
+    """Pipeline observer: exposes every value of an engine graph after the passes (those matching
+    `dump_filter`) and writes them at its first call into <dump_dir>/data_<gid>."""
+
+    def __init__(self, dump_dir: str, dump_filter: str | None, fmt: str, gm: torch.fx.GraphModule | None):
+        self.dump_dir, self.filter, self.fmt, self.gm = dump_dir, dump_filter, fmt, gm
+        self.records: dict[int, DataDumpRecord] = {}
+
+    def optimized(self, gid, low, stats):
+        g, desc = low.g, low.g.describe()
+        # A dumped value is attributed to an FX node only when it is provably that node's
+        # result: the value the lowering produced, or the single result of a fused node
+        # (the value of the last op it absorbed). Values that passes rebuilt under an
+        # old name (a reshape moved behind a fused GEMM, say) are dumped unattributed.
+        fx_meta = {} if self.gm is None else \
+            {n.name: n.meta.get("val") for n in self.gm.graph.nodes if n.op == "call_function"}
+        entries = []
+        for n in desc["nodes"]:
+            fused = [x for x in str(n["attrs"].get("fused", "")).split(",") if x]
+            for o in n["outputs"]:
+                fx = low.fx_names.get(o["id"])
+                if fx is None and fused and len(n["outputs"]) == 1:
+                    fx = fused[-1]
+                    val = fx_meta.get(fx)  # a GEMM fused through a reshape has the pre-reshape shape
+                    if not (isinstance(val, torch.Tensor) and list(val.shape) == list(o["shape"])):
+                        fx = None
+                entries.append(dict(name=o["name"], fx_name=fx, op=n["op"], dtype=o["dtype"], fused=fused,
+                                    shape=list(o["shape"]), source=n["source"], value_id=o["id"]))
+        entries = select(entries, self.filter)
+        g.expose([e["value_id"] for e in entries])
+        self.records[gid] = DataDumpRecord(self.gm, entries)
+
+    def compiled(self, eg):
+        eg.data_dump = self.records.get(eg.gid)  # (before its first call: airgraph.debug.compare reads it)
+
+    def called(self, eg, n, args, inputs, outputs):
+        rec = self.records.get(eg.gid)
+        if n != 1 or rec is None or not rec.entries:
+            return
+        folder = os.path.join(self.dump_dir, f"data_{eg.gid}")
+        extra = outputs[eg.num_outputs:]
+        write_data(folder, rec.entries, extra, self.fmt)
+        rec.dumped = list(zip(rec.entries, extra))
+        rec.first_args = list(args)
+        log.info("airgraph: dumped %d tensors to %s", len(rec.entries), folder)
+
+
 # ----------------------------------------------------------------------------- data dumps
 def select(entries: list[dict], pattern: str | None) -> list[dict]:
     if not pattern:
@@ -203,7 +299,7 @@ def write_data(folder: str, entries: list[dict], tensors: list[torch.Tensor], fm
     os.makedirs(folder, exist_ok=True)
     index = []
     if fmt == "safetensors":
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # (optional: only this dump format needs it)
 
         data = {}
         for e, t in zip(entries, tensors):
@@ -212,7 +308,7 @@ def write_data(folder: str, entries: list[dict], tensors: list[torch.Tensor], fm
             index.append(dict(e, file="data.safetensors", key=key))
         save_file(data, os.path.join(folder, "data.safetensors"))
     elif fmt == "npy":
-        import numpy as np
+        import numpy as np  # (only this dump format needs it)
 
         for k, (e, t) in enumerate(zip(entries, tensors)):
             fname = f"{k:04d}_{re.sub(r'[^A-Za-z0-9_.-]', '_', e['name'])}.npy"
@@ -235,12 +331,12 @@ def read_data(folder: str) -> list[tuple[dict, torch.Tensor]]:
     for e in index:
         if e["file"].endswith(".safetensors"):
             if st is None:
-                from safetensors.torch import load_file
+                from safetensors.torch import load_file  # (optional: only this dump format needs it)
 
                 st = load_file(os.path.join(folder, e["file"]))
             out.append((e, st[e["key"]]))
         else:
-            import numpy as np
+            import numpy as np  # (only this dump format needs it)
 
             out.append((e, torch.from_numpy(np.load(os.path.join(folder, e["file"])))))
     return out

@@ -14,6 +14,7 @@ import os
 import torch
 import torch.fx
 
+from ..graph_types import NodeReport, source_line, target_name
 from . import dump as _dump
 
 _EAGER_IDS = itertools.count()
@@ -40,8 +41,6 @@ def run_recording(gm: torch.fx.GraphModule, args) -> tuple[list, dict[str, torch
 
 
 def eager_runner(gm: torch.fx.GraphModule, config, report):
-    from ..compiler import NodeReport, source_line, target_name
-
     for n in gm.graph.nodes:
         if n.op == "call_function":
             report.nodes.append(NodeReport(n.name, target_name(n), False, "run_eagerly", source_line(n)))

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import backend as _backend  # (the module: this runs while airgraph.backend itself is imported)
+from ..config import CompilerConfig
+
 
 @dataclass
 class ProfileRow:
@@ -53,8 +56,6 @@ class ProfileReport:
 
 def profile(model, *inputs, runs: int = 10, config=None, **kwargs) -> ProfileReport:
     """Compiles `model` with profiling on, runs it `runs` times and reports per-node times."""
-    from ..config import CompilerConfig
-
     cfg = dataclasses.replace(config or CompilerConfig(), profile=True)
     graphs = _run_profiled(model, inputs, kwargs, cfg, runs)
     rows, events = [], []
@@ -79,8 +80,6 @@ def profile(model, *inputs, runs: int = 10, config=None, **kwargs) -> ProfileRep
 
 def _run_profiled(model, inputs, kwargs, cfg, runs):
     """Compiles, warms up once, then runs `runs` times recording per-node times."""
-    from .. import backend as _backend
-
     try:
         with _backend.collect_reports() as sink:
             torch._dynamo.reset()

@@ -20,6 +20,7 @@ import re
 import threading
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx
 
@@ -100,8 +101,6 @@ _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 def sympy_binding(env: dict) -> dict:
     """Symbol -> int as Symbol -> sympy Integer, what expr.xreplace evaluates with."""
-    import sympy
-
     return {s: sympy.Integer(v) for s, v in env.items()}
 
 
@@ -422,7 +421,3 @@ def _broadcast(shapes: list[list]) -> list | None:
         out.append(first)
     return out
 
-
-def load_all():
-    """Imports every family file so their rows register."""
-    from . import families  # noqa: F401

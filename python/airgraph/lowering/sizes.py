@@ -21,6 +21,7 @@ import operator
 import threading
 
 import sympy
+from torch.utils._sympy import functions as F
 
 _REC = threading.local()
 
@@ -30,15 +31,11 @@ class NotSymbolic(Exception):
 
 
 def _floordiv(a, b):
-    from torch.utils._sympy.functions import FloorDiv
-
-    return FloorDiv(a, b)
+    return F.FloorDiv(a, b)
 
 
 def _mod(a, b):
-    from torch.utils._sympy.functions import PythonMod
-
-    return PythonMod(a, b)
+    return F.PythonMod(a, b)
 
 
 def _recorder() -> "Recorder":
@@ -177,8 +174,6 @@ _CONST, _SYM, _ADD, _MUL, _FLOORDIV, _MOD, _MAX, _MIN, _NEG = range(9)
 
 
 def _code(e, index: dict) -> list[int]:
-    from torch.utils._sympy import functions as F
-
     if e.is_Integer:
         return [_CONST, int(e)]
     if e.is_Symbol:
