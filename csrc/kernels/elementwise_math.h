@@ -120,8 +120,6 @@ inline float log_(float x) {
 }
 inline double log_(double x) { return std::log(x); }
 
-template <typename C> inline C sigmoid_(C x) { return C(1) / (C(1) + exp_(-x)); }
-template <typename C> inline C silu_(C x) { return x / (C(1) + exp_(-x)); }
 template <typename C> inline C gelu_erf_(C x) {
   return C(0.5) * x * (C(1) + erf_(x * C(0.70710678118654752440)));
 }

@@ -44,8 +44,8 @@ constexpr int kMath = kMathRow;
   X(round, kFI, 0, math::round_(x))                              \
   X(trunc, kFI, 0, math::trunc_(x))                              \
   X(tanh, kF, kMath | kEpi, math::tanh_(x))                      \
-  X(sigmoid, kF, kMath | kEpi, math::sigmoid_(x))                \
-  X(silu, kF, kMath | kEpi, math::silu_(x))                      \
+  X(sigmoid, kF, kMath | kEpi, C(C(1) / (C(1) + math::exp_(-x))))  \
+  X(silu, kF, kMath | kEpi, C(x / (C(1) + math::exp_(-x))))        \
   X(erf, kF, kMath, math::erf_(x))                               \
   X(exp, kF, kMath, math::exp_(x))                               \
   X(log, kF, kMath, math::log_(x))                               \
