@@ -559,10 +559,6 @@ class FusedKernel final : public Kernel {
   }
 
   template <int K, typename F>
-  static void un_if(float* d, const float* a, int64_t n, F f) {
-    if constexpr ((K & ew::kF) != 0) un(d, a, n, f);
-  }
-  template <int K, typename F>
   static void bin_if(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n, F f) {
     if constexpr ((K & ew::kF) != 0) bin2(op, sp, sv, d, n, f);
   }

@@ -19,8 +19,7 @@
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "passes/passes.h"
-#include "runtime/executor.h"
-#include "test_util.h"
+#include "check_op.h"
 
 namespace ag {
 namespace {
@@ -70,37 +69,12 @@ bool same_bits(float a, float b) {
   return x == y;
 }
 
-std::shared_ptr<Storage> f32_storage(const std::vector<float>& v) {
-  auto s = Storage::allocate(v.size() * 4);
-  std::memcpy(s->data, v.data(), v.size() * 4);
-  return s;
-}
-
-// Runs a graph (no passes unless `pipeline`) on f32 input data; returns output 0 as floats.
-std::vector<float> run(Graph& g, const std::vector<void*>& in, const PipelineOptions* pipeline = nullptr,
+// Runs a graph (verified only, or through `passes`) through the harness; output 0 as floats.
+std::vector<float> run(Graph& g, const std::vector<const void*>& in, const PipelineOptions* passes = nullptr,
                        std::string* text = nullptr) {
-  if (pipeline) run_pipeline(g, *pipeline);
-  if (text) *text = g.str();
-  Executor ex(compile_program(g));
-  auto outs = ex.run(in);
-  const TensorType& t = outs[0].type;
-  std::vector<float> r(t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (t.dtype) {
-      case DType::f32: r[i] = static_cast<const float*>(outs[0].data)[i]; break;
-      case DType::bf16: r[i] = bf16_to_f32(static_cast<const uint16_t*>(outs[0].data)[i]); break;
-      case DType::f16: r[i] = f16_to_f32(static_cast<const uint16_t*>(outs[0].data)[i]); break;
-      case DType::b8: r[i] = static_cast<const bool*>(outs[0].data)[i] ? 1.0f : 0.0f; break;
-      default: ADD_FAILURE() << "unexpected output dtype";
-    }
-  }
-  return r;
-}
-
-std::vector<uint16_t> to_half(const std::vector<float>& v, DType t) {
-  std::vector<uint16_t> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = t == DType::bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
-  return r;
+  test::Run r = test::compile_and_run(g, in, passes);
+  if (text) *text = r.graph;
+  return r.outs.at(0).floats();
 }
 
 std::vector<const OpDef*> unary_rows() {
@@ -141,8 +115,8 @@ TEST(OpRows, FusedInstructionIsBitIdenticalToTheSingleOpKernel) {
       for (DType t : {DType::f32, DType::bf16, DType::f16}) {
         const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
         TensorType tt(t, {n});
-        std::vector<uint16_t> half = to_half(v, t);
-        void* data = t == DType::f32 ? const_cast<float*>(v.data()) : static_cast<void*>(half.data());
+        const test::Tensor x = test::from_floats(tt, v);
+        const void* data = x.data();
         // the single-op kernel
         Graph g1;
         Node* node;
@@ -189,14 +163,14 @@ TEST(OpRows, GemmAndConvEpiloguesAreBitIdenticalToTheSingleOpKernel) {
           Value *xin, *gemm;
           if (!conv) {  // [2, K] @ [n, K]^T + bias[n]: both rows are the bias
             xin = g.add_input(TensorType(DType::f32, {2, K}), "x");
-            Value* w = g.add_const(TensorType(DType::f32, {n, K}), f32_storage(std::vector<float>(n * K, 0.0f)), "w");
-            Value* b = g.add_const(TensorType(DType::f32, {n}), f32_storage(v), "b");
+            Value* w = g.add_const(TensorType(DType::f32, {n, K}), test::bytes_of(std::vector<float>(n * K, 0.0f)), "w");
+            Value* b = g.add_const(TensorType(DType::f32, {n}), test::bytes_of(v), "b");
             gemm = g.add_node("linear", {xin, w, b}, {}, "linear")->out();
           } else {  // 1x1 conv, n output channels, zero weights: channel c is bias[c] everywhere
             xin = g.add_input(TensorType(DType::f32, {1, K, 1, 2}), "x");
             Value* w =
-                g.add_const(TensorType(DType::f32, {n, K, 1, 1}), f32_storage(std::vector<float>(n * K, 0.0f)), "w");
-            Value* b = g.add_const(TensorType(DType::f32, {n}), f32_storage(v), "b");
+                g.add_const(TensorType(DType::f32, {n, K, 1, 1}), test::bytes_of(std::vector<float>(n * K, 0.0f)), "w");
+            Value* b = g.add_const(TensorType(DType::f32, {n}), test::bytes_of(v), "b");
             Attrs ca = attrs({{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{0, 0}},
                               {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
             gemm = g.add_node("conv", {xin, w, b}, ca, "conv")->out();
@@ -224,8 +198,8 @@ TEST(OpRows, ConvReluKeepsNaN) {
   Graph g;
   Value* x = g.add_input(TensorType(DType::f32, {1, 3, 8, 8}), "x");
   std::vector<float> w = test::randn(8 * 3 * 3 * 3, 5), b = test::randn(8, 6);
-  Value* wc = g.add_const(TensorType(DType::f32, {8, 3, 3, 3}), f32_storage(w), "w");
-  Value* bc = g.add_const(TensorType(DType::f32, {8}), f32_storage(b), "b");
+  Value* wc = g.add_const(TensorType(DType::f32, {8, 3, 3, 3}), test::bytes_of(w), "w");
+  Value* bc = g.add_const(TensorType(DType::f32, {8}), test::bytes_of(b), "b");
   Attrs ca = attrs({{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{0, 0}},
                     {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t{1}}});
   Value* y = g.add_node("conv", {x, wc, bc}, ca, "conv")->out();
