@@ -13,6 +13,7 @@ from .backend import airgraph_backend, get_backend, set_dim_gears
 from .config import CompilerConfig
 from .explain import ExplainReport, explain
 from .cache import cache_info, clear_cache
+from .cache_compile import CacheCompiled, cache_compile
 from .export import LoadedModel, export, load
 
 
@@ -25,7 +26,7 @@ def pass_names() -> list[str]:
     return list(_C.pass_names())
 
 
-__all__ = ["CompilerConfig", "EngineError", "ExplainReport", "LoadedModel", "airgraph_backend", "cache_info",
+__all__ = ["CacheCompiled", "CompilerConfig", "EngineError", "ExplainReport", "LoadedModel", "airgraph_backend", "cache_compile", "cache_info",
            "clear_cache", "explain", "export", "get_backend", "load", "ops", "pass_names", "set_dim_gears"]
 
 

@@ -19,7 +19,7 @@ import torch
 
 from ._core import C
 from .config import CompilerConfig
-from .graph_types import DATA_PTR_FN, CompileReport
+from .graph_types import DATA_PTR_FN, CompileReport, InputMismatch
 
 log = logging.getLogger("airgraph")
 
@@ -170,6 +170,13 @@ class Binder:
                     changed[i] = what
             if not changed:  # the guard saw a change that the description did not: rebuild everything
                 changed = {i: "changed" for i in b.positions}
+            for k, (i, t) in enumerate(zip(b.positions, b.tensors)):
+                a = args[i] if i < len(args) else None
+                if i in changed and isinstance(a, torch.Tensor) and (a.dtype, a.shape) != (t.dtype, t.shape):
+                    # (Dynamo's guards see this before a call gets here; a saved graph replayed without
+                    # them must not bind a weight of another shape: the caller traces again)
+                    raise InputMismatch(f"{self.names.get(i, f'input {i}')} is now {a.dtype}{list(a.shape)}; the "
+                                        f"graph was built for {t.dtype}{list(t.shape)}")
             consts = {}
             for i in b.positions:
                 a = args[i] if i < len(args) else None

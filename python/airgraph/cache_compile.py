@@ -1,0 +1,837 @@
+"""airgraph.cache_compile: saved graphs that skip Dynamo's tracing and its guards (TorchAir's
+cache_compile, made safe).
+
+    model.forward = airgraph.cache_compile(model.forward)          # or @airgraph.cache_compile(...)
+    model.generate(input_ids, ...)                                 # traces once, then replays
+
+The first call of a new input signature runs torch.compile (airgraph's backend, symbolic sizes)
+and records what Dynamo made of the function's frame: its transformed bytecode (how the Python
+inputs are flattened into the graph's arguments, how the outputs are rebuilt, and every Python side
+effect of the traced code: a DynamicCache's tensors set, lists grown), the compiled graph(s) as saved
+engine graphs (saved_graph.py), and Dynamo's guards, translated into checks that need no Dynamo. The
+entry is written to the cache folder. Later calls, in this process or a new one, run that bytecode
+directly, with the saved engine graph in place of Dynamo's compiled function: no tracing, no Dynamo
+guard evaluation, no AOTAutograd wrapper.
+
+What is checked instead of trusted:
+- on every call: the arguments' structure and the values the trace read from them (Dynamo's guards
+  on them, translated), every input tensor's dtype, device, rank, sizes and strides (symbolic dims
+  free, within the size relations Dynamo recorded), torch's global state (grad mode, default dtype,
+  threads, ...), and the weights (identity and version, as torch.compile's airgraph graphs do);
+- when an entry is bound to a module (its first call in a process, or another module object): the
+  module's classes, config values and attributes the trace read, its hooks, and the globals and
+  functions the traced code used (by name, and by their code);
+- when an entry is loaded: the airgraph, torch, transformers and Python versions, the CPU features,
+  and the source files of every code object Dynamo traced (an edited model file makes a new entry).
+A mismatch traces again (a new entry); a damaged or foreign file is rebuilt with a warning. Where a
+frame cannot be saved (a graph break, PyTorch fallback nodes, random ops, a guard that names an
+object no other process can find) the function keeps running through torch.compile, with a log line
+saying why.
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+import functools
+import hashlib
+import importlib
+import inspect
+import logging
+import marshal
+import os
+import pickle
+import re
+import sys
+import tempfile
+import threading
+import time
+import types
+import weakref
+
+import torch
+import torch._dynamo
+from torch._dynamo import guards as _dynamo_guards
+
+from . import backend as _backend
+from . import cache as _cache
+from ._version import __version__
+from .config import CompilerConfig
+from .graph_types import InputMismatch
+from .saved_graph import SavedGraph, artifact
+
+log = logging.getLogger("airgraph")
+
+FORMAT, FORMAT_VERSION = "airgraph-cache-compile", 1
+MAX_ENTRIES = 16  # entries kept per function on disk (the newest)
+_MARK = "__airgraph_const__"
+_STATE_GUARDS = ("GRAD_MODE", "DETERMINISTIC_ALGORITHMS", "GLOBAL_STATE", "TORCH_FUNCTION_STATE",
+                 "AUTOGRAD_SAVED_TENSORS_HOOKS", "DEFAULT_DEVICE")
+
+
+class Unsaveable(Exception):
+    """Why a traced frame cannot be kept as a saved entry."""
+
+
+# ----------------------------------------------------------------------------- code objects and names
+
+
+def _dump_code(code: types.CodeType) -> tuple[bytes, bytes]:
+    """marshal of a code object whose constants marshal cannot write (a torch.device) are stood in
+    for by markers, and the pickle of those constants."""
+    extras = []
+
+    def strip(c):
+        consts = []
+        for k in c.co_consts:
+            if isinstance(k, types.CodeType):
+                consts.append(strip(k))
+                continue
+            try:
+                marshal.dumps(k)
+                consts.append(k)
+            except ValueError:
+                extras.append(k)
+                consts.append((_MARK, len(extras) - 1))
+        return c.replace(co_consts=tuple(consts))
+
+    data = marshal.dumps(strip(code))
+    try:
+        return data, pickle.dumps(extras)
+    except Exception as e:
+        raise Unsaveable(f"the transformed bytecode holds a constant that cannot be saved ({e})") from None
+
+
+def _load_code(data: bytes, extras: bytes) -> types.CodeType:
+    objs = pickle.loads(extras)
+
+    def put(c):
+        consts = []
+        for k in c.co_consts:
+            if isinstance(k, types.CodeType):
+                consts.append(put(k))
+            elif type(k) is tuple and len(k) == 2 and k[0] == _MARK:
+                consts.append(objs[k[1]])
+            else:
+                consts.append(k)
+        return c.replace(co_consts=tuple(consts))
+
+    return put(marshal.loads(data))
+
+
+def _resolve(ref):
+    """The object a reference made by _ref names, in this process."""
+    kind = ref[0]
+    if kind == "c":
+        return ref[1]
+    if kind == "m":
+        return importlib.import_module(ref[1])
+    if kind == "b":
+        return builtins.__dict__
+    if kind == "q":
+        obj = importlib.import_module(ref[1])
+        for part in ref[2].split("."):
+            obj = getattr(obj, part)
+        return obj
+    if kind == "e":
+        return getattr(_resolve(ref[1]), ref[2])
+    if kind == "code":
+        return _load_code(ref[1], ref[2])
+    raise ValueError(f"unknown reference {ref!r}")
+
+
+def _ref(obj):
+    """A reference to `obj` another process can resolve to the same object (by name), or None."""
+    if obj is None or obj is True or obj is False or obj is Ellipsis:
+        return ("c", obj)
+    if isinstance(obj, types.ModuleType):
+        return ("m", obj.__name__)
+    if obj is builtins.__dict__:
+        return ("b",)
+    if isinstance(obj, enum.Enum):
+        r = _ref(type(obj))
+        return ("e", r, obj.name) if r is not None else None
+    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if mod is None and hasattr(obj, "__objclass__"):  # a method descriptor (dict.keys)
+        owner = _ref(obj.__objclass__)
+        if owner is not None and owner[0] == "q":
+            mod, qual = owner[1], owner[2] + "." + obj.__name__
+    name = getattr(obj, "__name__", None)
+    for q in (qual, name):  # (torch.cat's qualname is _VariableFunctionsClass.cat; torch.cat is its name)
+        if isinstance(mod, str) and isinstance(q, str) and "<locals>" not in q:
+            try:
+                if _resolve(("q", mod, q)) is obj:
+                    return ("q", mod, q)
+            except Exception:
+                pass
+    return None
+
+
+# ----------------------------------------------------------------------------- guards
+
+
+def _constant(v) -> bool:
+    """A value whose repr reads back as an equal value (the guard text holds it)."""
+    if v is None or type(v) in (bool, int, str, bytes):
+        return True
+    if type(v) is float:
+        return v == v and v not in (float("inf"), float("-inf"))
+    return type(v) is tuple and all(_constant(x) for x in v)
+
+
+_CHECK_ID = re.compile(r"___check_(type|obj)_id\((.*), (\d+)\)")
+_L_REF = re.compile(r"L\['([^']+)'\](?:\[(\d+)\])?")
+
+
+class _GuardText:
+    """Dynamo's guards of one frame as Python text over L (the frame's locals at entry) and G (its
+    globals), with the objects they compare against by reference; split into the checks of every
+    call and the checks of binding (see the module text)."""
+
+    def __init__(self, self_ref: tuple[str, int | None] | None):
+        self.self_ref = self_ref  # the frame local holding the module: ("self", None) or ("args", 0)
+        self.call: list[str] = []
+        self.bind: list[str] = []
+        self.objs: list = []  # references (_ref) the texts name as O[k]
+        self.tensors: list = []  # (source text, dtype, requires_grad, sizes, strides) checked every call
+        self.state: bytes | None = None  # pickled GlobalStateGuard
+        self.tf_stack = 0
+        self._seen: set[str] = set()
+
+    def _obj(self, obj, what: str) -> str:
+        r = _ref(obj)
+        if r is None:
+            raise Unsaveable(f"a guard compares {what} with {obj!r:.80}, which another process cannot name")
+        self.objs.append(r)
+        return f"O[{len(self.objs) - 1}]"
+
+    def _code_of(self, fn, what: str) -> str:
+        code = getattr(fn, "__code__", None)
+        if not isinstance(code, types.CodeType):
+            raise Unsaveable(f"a guard compares {what} with {fn!r:.80}, which is no Python function")
+        self.objs.append(("code", *_dump_code(code)))
+        return f"O[{len(self.objs) - 1}]"
+
+    def _is_call(self, text: str) -> bool:
+        for name, idx in _L_REF.findall(text):
+            if self.self_ref is not None and name == self.self_ref[0] and (
+                    self.self_ref[1] is None or (idx != "" and int(idx) == self.self_ref[1])):
+                continue
+            if name in self.freevars:
+                continue
+            return True
+        return False
+
+    def add(self, text: str) -> None:
+        if text in self._seen:
+            return
+        self._seen.add(text)
+        (self.call if self._is_call(text) else self.bind).append(text)
+
+    def translate(self, entries, freevars, dynamic: dict, state) -> None:
+        """entries: Dynamo's GuardFilterEntry list; dynamic: source text -> (sizes, strides) of a
+        graph input with None where the dim is symbolic; state: (pickled GlobalStateGuard, torch
+        function mode stack depth) at the call."""
+        self.freevars = set(freevars)
+        for g in entries:
+            t, og = g.guard_type, g.orig_guard
+            src = og.name
+            if t in _STATE_GUARDS:
+                self.state, self.tf_stack = state  # (read at the call: Dynamo builds guards with torch functions off)
+                continue
+            if t == "TENSOR_MATCH":
+                v = g.value
+                if "._parameters[" in src or "._buffers[" in src:
+                    # the weights: checked by the saved graph's weight guard on every call (identity,
+                    # version; another dtype or shape traces again) and here when binding
+                    self.add(f"type({src}) is {self._obj(type(v), src)}")
+                    continue
+                if not isinstance(v, torch.Tensor) or type(v) not in (torch.Tensor, torch.nn.Parameter):
+                    raise Unsaveable(f"{src} is a {type(v).__name__}, not a plain tensor")
+                sizes, strides = dynamic.get(src, (list(v.shape), list(v.stride())))
+                self.tensors.append((src, str(v.dtype).replace("torch.", ""), bool(v.requires_grad), sizes, strides,
+                                     type(v) is torch.nn.Parameter))
+                continue
+            if t == "CLOSURE_MATCH":
+                self.add(f"{src}.__code__ == {self._code_of(g.value, src)}")
+                continue
+            if t == "NOT_PRESENT_IN_GENERIC_DICT":
+                attr = getattr(og.create_fn, "keywords", {}).get("attr")
+                if not isinstance(attr, str):
+                    raise Unsaveable(f"a guard on {src}'s __dict__ names no attribute")
+                self.add(f"not ___dict_contains({attr!r}, {src}.__dict__)")
+                continue
+            if t == "EMPTY_NN_MODULE_HOOKS_DICT":
+                self.add(f"len({src}) == {len(g.value)}")
+                continue
+            codes = og.code_list or []
+            if not codes:
+                if t == "SHAPE_ENV":
+                    continue
+                self.add(self._text_of(t, src, g))
+                continue
+            for code in codes:
+                code = code.split(", type=<", 1)[0] if ", type=<" in code else code
+                m = _CHECK_ID.fullmatch(code)
+                if m:
+                    kind, expr, oid = m.group(1), m.group(2), int(m.group(3))
+                    want = type(g.value) if kind == "type" else g.value
+                    if not g.has_value or id(want) != oid:
+                        raise Unsaveable(f"a guard on {expr} compares with an object not at its source")
+                    if kind == "obj" and isinstance(want, types.FunctionType) and _ref(want) is None:
+                        code = f"{expr}.__code__ == {self._code_of(want, expr)}"
+                    elif kind == "obj" and isinstance(want, types.CodeType):
+                        code = f"{expr} == {self._code_of(types.SimpleNamespace(__code__=want), expr)}"
+                    else:
+                        code = f"{'type(' + expr + ')' if kind == 'type' else expr} is {self._obj(want, expr)}"
+                elif "___check_" in code or "___dict_version" in code or "___key_to_id" in code:
+                    raise Unsaveable(f"Dynamo's {t} guard compares object ids: {code:.100}")
+                if "top_saved_tensors_hooks" in code:
+                    continue  # (saved-tensor hooks matter to backward graphs only)
+                self.add(code)
+
+    def _text_of(self, t: str, src: str, g) -> str:
+        """The check of a guard Dynamo gave no text for (one it had installed already, say)."""
+        v = g.value if g.has_value else None
+        kw = getattr(g.orig_guard.create_fn, "keywords", None) or {}
+        if t == "HASATTR" and isinstance(kw.get("attr"), str) and g.has_value:
+            return f"{'' if hasattr(v, kw['attr']) else 'not '}hasattr({src}, {kw['attr']!r})"
+        elif t in ("DICT_CONTAINS", "DICT_NOT_CONTAINS") and _constant(kw.get("key")):
+            return f"{'not ' if t == 'DICT_NOT_CONTAINS' else ''}___dict_contains({kw['key']!r}, {src})"
+        elif t == "NONE_MATCH":
+            return f"{src} is None"
+        elif g.has_value and t == "TYPE_MATCH":
+            return f"type({src}) is {self._obj(type(v), src)}"
+        elif g.has_value and t in ("ID_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH"):
+            return f"{src} is {self._obj(v, src)}"
+        elif g.has_value and t in ("CONSTANT_MATCH", "EQUALS_MATCH") and _constant(v):
+            return f"type({src}) is {self._obj(type(v), src)} and {src} == {v!r}"
+        elif g.has_value and t == "SEQUENCE_LENGTH" and hasattr(v, "__len__"):
+            return f"type({src}) is {self._obj(type(v), src)} and len({src}) == {len(v)}"
+        elif g.has_value and t == "DICT_KEYS_MATCH" and isinstance(v, dict) and all(_constant(k) for k in v):
+            return f"type({src}) is {self._obj(type(v), src)} and list(dict.keys({src})) == {list(v)!r}"
+        raise Unsaveable(f"Dynamo's {t} guard on {src or 'the frame'} has no text to check it with")
+
+    def record(self) -> dict:
+        return {"call": self.call, "bind": self.bind, "objs": self.objs, "tensors": self.tensors,
+                "state": self.state, "tf_stack": self.tf_stack}
+
+
+def _closure_vars() -> dict:
+    """The helpers Dynamo's guard text calls (___dict_contains, utils_device, ...)."""
+    get = getattr(_dynamo_guards, "_get_closure_vars", None)
+    return dict(get() if get is not None else getattr(_dynamo_guards, "CLOSURE_VARS", {}))
+
+
+class _Checks:
+    """A saved entry's guards, compiled: `call(L)` every call, `bind(L)` when binding."""
+
+    def __init__(self, rec: dict, G: dict):
+        objs = []
+        for r in rec["objs"]:
+            objs.append(_resolve(r))  # (a name no longer there: the entry is not usable here)
+        scope = {**_closure_vars(), "O": objs, "G": G, "__builtins__": builtins}
+        self.call_texts, self.bind_texts = rec["call"], rec["bind"]
+        self._call = self._compile(rec["call"], scope)
+        self._bind = self._compile(rec["bind"], scope)
+        self.scope = scope
+        self.state = pickle.loads(rec["state"]) if rec["state"] is not None else None
+        self.tf_stack = rec["tf_stack"]
+        ts = rec["tensors"]
+        self._tensor_texts = [t[0] for t in ts]
+        self._tensors = None
+        if ts:
+            self._get = eval("lambda L: (" + "".join(t[0] + ", " for t in ts) + ")", scope)  # noqa: S307
+            examples, sizes, strides = [], [], []
+            for _, dt, rg, sz, st, param in ts:
+                ex = torch.empty_strided([1 if s is None else s for s in sz], [1 if s is None else s for s in st],
+                                         dtype=getattr(torch, dt))
+                if rg:
+                    ex.requires_grad_(True)
+                examples.append(torch.nn.Parameter(ex, requires_grad=rg) if param else ex)
+                sizes.append(sz)
+                strides.append(st)
+            self._tensors = torch._C._dynamo.guards.TensorGuards(*examples, dynamic_dims_sizes=sizes,
+                                                                 dynamic_dims_strides=strides)
+
+    @staticmethod
+    def _compile(texts, scope):
+        body = " and ".join(f"({t})" for t in texts) or "True"
+        return eval(f"lambda L: {body}", scope)  # noqa: S307 (Dynamo's guard text, written by this process)
+
+    def call(self, L) -> bool:
+        if self.state is not None and not self.state.check():
+            return False
+        try:
+            if not self._call(L):
+                return False
+            return self._tensors is None or self._tensors.check(*self._get(L))
+        except Exception:  # (an argument of another structure: the guard text cannot even be read)
+            return False
+
+    def bind(self, L) -> bool:
+        try:
+            return bool(self._bind(L)) and torch._C._len_torch_function_stack() == self.tf_stack
+        except Exception:
+            return False
+
+    def why(self, L) -> str:
+        """The first check that fails (for the log line of a new trace)."""
+        if self.state is not None and not self.state.check():
+            return f"torch's global state differs: {self.state.reason()}"
+        for texts in (self.call_texts, self.bind_texts):
+            for t in texts:
+                try:
+                    ok = eval(f"lambda L: {t}", self.scope)(L)  # noqa: S307
+                except Exception as e:
+                    ok, t = False, f"{t} ({type(e).__name__})"
+                if not ok:
+                    return f"{t} fails"
+        if self._tensors is not None:
+            try:
+                return "an input tensor differs: " + str(self._tensors.check_verbose(
+                    *self._get(L), tensor_check_names=self._tensor_texts))
+            except Exception as e:
+                return f"an input tensor is missing ({type(e).__name__})"
+        return "?"
+
+
+# ----------------------------------------------------------------------------- one trace's recordings
+
+
+class _Recording:
+    """What Dynamo made while tracing one call: the frames it converted, the graphs the backend
+    compiled, the guards of each frame."""
+
+    def __init__(self):
+        self.codes: list = []  # (original code, transformed code)
+        self.graphs: list = []  # (backend result, record or None, why not)
+        self.guards: list = []  # (_GuardText or None, why not)
+        self.files: set[str] = set()
+        self.dynamic: dict = {}
+        self.state = (pickle.dumps(torch._C._dynamo.guards.GlobalStateGuard()), torch._C._len_torch_function_stack())
+
+
+_ACTIVE = threading.local()
+
+
+def _bytecode_hook(code, new_code):
+    rec = getattr(_ACTIVE, "rec", None)
+    if rec is not None:
+        rec.codes.append((code, new_code))
+
+
+_HOOK = None
+_HOOK_LOCK = threading.Lock()
+
+
+def _ensure_hook():
+    global _HOOK
+    with _HOOK_LOCK:
+        if _HOOK is None:
+            _HOOK = torch._dynamo.convert_frame.register_bytecode_hook(_bytecode_hook)
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _versions() -> dict:
+    try:
+        import transformers
+        tf = transformers.__version__
+    except Exception:  # (not installed: nothing traced can come from it)
+        tf = None
+    return {"airgraph": __version__, "torch": torch.__version__, "transformers": tf,
+            "python": sys.version.split()[0], "cpu": _cache._cpu_features(), "engine": _cache._ENGINE}
+
+
+# ----------------------------------------------------------------------------- entries
+
+
+class _Entry:
+    """One saved frame: its checks and the function that runs its transformed bytecode."""
+
+    def __init__(self, data: dict, func, globals_: dict, graphs: dict, prefix: str = ""):
+        """graphs: the compiled functions by the names the bytecode reads them as; prefix: what a
+        loaded entry puts before the names Dynamo installed in the module's globals (this process's
+        Dynamo installs its own under the same names)."""
+        self.data = data
+        rename = {n: prefix + n for n in (*graphs, *data["installed"])} if prefix else {}
+        for name, value in graphs.items():  # (the transformed bytecode reads them as globals)
+            globals_[rename.get(name, name)] = value
+        for name, ref in data["installed"].items():
+            if rename.get(name, name) not in globals_:
+                globals_[rename.get(name, name)] = _resolve(ref)
+        guards = data["guards"]
+        if rename:
+            sub = functools.partial(re.sub, r"G\['([^']+)'\]", lambda m: f"G[{rename.get(m.group(1), m.group(1))!r}]")
+            guards = {**guards, "call": [sub(t) for t in guards["call"]], "bind": [sub(t) for t in guards["bind"]],
+                      "tensors": [(sub(t[0]), *t[1:]) for t in guards["tensors"]]}
+        self.checks = _Checks(guards, globals_)
+        code = _load_code(data["code"], data["extras"])
+        if rename:
+            def renamed(c):
+                consts = tuple(renamed(k) if isinstance(k, types.CodeType) else k for k in c.co_consts)
+                return c.replace(co_names=tuple(rename.get(n, n) for n in c.co_names), co_consts=consts)
+
+            code = renamed(code)
+        self.replay = types.FunctionType(code, globals_, func.__name__, func.__defaults__, func.__closure__)
+        self.replay.__kwdefaults__ = func.__kwdefaults__
+        self.bound = None  # the module (weakly) or True this entry's bind checks passed for
+        self.calls = 0
+
+
+class CacheCompiled:
+    """What airgraph.cache_compile returns: call it like the function (see the module text)."""
+
+    def __init__(self, fn, cache_dir: str | None = None, config: CompilerConfig | None = None, dynamic=True):
+        self.config = config or CompilerConfig()
+        self.fn = fn
+        self.self_obj = fn.__self__ if inspect.ismethod(fn) else None
+        func = fn.__func__ if inspect.ismethod(fn) else fn
+        if not isinstance(func, types.FunctionType):
+            raise TypeError(f"airgraph.cache_compile takes a Python function or bound method, got {type(fn).__name__}")
+        self.func = func
+        self.dynamic = dynamic
+        folder = cache_dir if cache_dir is not None else self.config.cache_dir
+        owner = type(self.self_obj) if self.self_obj is not None else None
+        ident = "\0".join([func.__module__ or "", func.__qualname__, func.__code__.co_filename,
+                           owner.__module__ + "." + owner.__qualname__ if owner else "", getattr(fn, "__name__", "")])
+        self.key = hashlib.sha256(ident.encode()).hexdigest()[:24]
+        self.folder = os.path.join(folder, "cache_compile", self.key) if folder else None
+        code = func.__code__
+        self.freevars = code.co_freevars
+        self._locals = _locals_builder(func)
+        self.self_ref = None
+        if self.self_obj is not None:
+            p = next(iter(inspect.signature(func, follow_wrapped=False).parameters.values()))
+            self.self_ref = (p.name, 0 if p.kind == p.VAR_POSITIONAL else None)
+        self.entries: tuple = ()
+        self.lock = threading.RLock()
+        self._compiled = None
+        self._loaded = False
+        self.unsaved: str | None = None  # why the last trace could not be saved
+        self.counts = {"replays": 0, "traces": 0, "loaded": 0, "saved": 0, "stale": 0, "rebuilt": 0}
+        functools.update_wrapper(self, fn)
+
+    # -- calls
+
+    def __call__(self, *args, **kwargs):
+        if self.self_obj is not None:
+            args = (self.self_obj,) + args
+        if not self._loaded:
+            self._load()
+        L = self._locals(*args, **kwargs)
+        for e in self.entries:
+            if e.checks.call(L) and (e.bound is not None and e.bound() is self._bind_key(L) or self._bind(e, L)):
+                try:
+                    out = e.replay(*args, **kwargs)
+                except InputMismatch as err:  # (raised before the graph ran: no side effect happened)
+                    log.info("airgraph.cache_compile: %s: the saved graph refused the inputs (%s); tracing again",
+                             self.__qualname__, err)
+                    break
+                e.calls += 1
+                self.counts["replays"] += 1
+                return out
+        return self._trace(args, kwargs, L)
+
+    def _bind_key(self, L):
+        if self.self_ref is None:
+            return True
+        name, idx = self.self_ref
+        return L[name] if idx is None else L[name][idx]
+
+    def _full_locals(self, L) -> dict:
+        if not self.freevars:
+            return L
+        return {**L, **{n: c.cell_contents for n, c in zip(self.freevars, self.func.__closure__ or ())}}
+
+    def _bind(self, e: _Entry, L) -> bool:
+        if not e.checks.bind(self._full_locals(L)):
+            return False
+        obj = self._bind_key(L)
+        e.bound = (lambda: True) if obj is True else _weak(obj)
+        return True
+
+    # -- tracing
+
+    def _compiled_fn(self):
+        if self._compiled is None:
+            def guards(entries):
+                rec = getattr(_ACTIVE, "rec", None)
+                if rec is not None:
+                    g = _GuardText(self.self_ref)
+                    try:
+                        g.translate(entries, self.freevars, rec.dynamic, rec.state)
+                        rec.guards.append((g, ""))
+                    except Unsaveable as e:
+                        rec.guards.append((None, str(e)))
+                    except Exception as e:  # (a guard this code does not know: not saved, still compiled)
+                        rec.guards.append((None, f"{type(e).__name__}: {e}"))
+                return [True] * len(entries)
+
+            _ensure_hook()
+            self._compiled = torch.compile(self.fn, backend=functools.partial(_recording_backend, config=self.config),
+                                           dynamic=self.dynamic, options={"guard_filter_fn": guards})
+        return self._compiled
+
+    def _trace(self, args, kwargs, L):
+        with self.lock:
+            why = ""
+            if self.entries and log.isEnabledFor(logging.INFO):
+                why = "; ".join(e.checks.why(self._full_locals(L)) for e in self.entries[:3])
+            rec = _Recording()
+            prev = getattr(_ACTIVE, "rec", None)
+            _ACTIVE.rec = rec
+            t0 = time.perf_counter()
+            try:
+                # (specialize_float: a norm's eps stays a constant of the graph, as without dynamic=True;
+                # a saved graph takes tensors and sizes only)
+                with torch._dynamo.config.patch(specialize_float=True):
+                    out = self._compiled_fn()(*args[1 if self.self_obj is not None else 0:], **kwargs)
+            finally:
+                _ACTIVE.rec = prev
+            if not rec.codes:  # Dynamo's own entries served the call (a signature that could not be saved)
+                return out
+            self.counts["traces"] += 1
+            log.info("airgraph.cache_compile: %s: traced with Dynamo in %.1f s (%s)", self.__qualname__,
+                     time.perf_counter() - t0, why or "no saved graph for these inputs")
+            try:
+                entry, data = self._entry_from(rec)
+            except Unsaveable as e:
+                self.unsaved = str(e)
+                log.warning("airgraph.cache_compile: %s: these inputs run through torch.compile and are not "
+                            "saved: %s", self.__qualname__, e)
+                return out
+            self.entries = (entry,) + self.entries
+            self._bind(entry, L)
+            self._save(data)
+            return out
+
+    def _entry_from(self, rec: _Recording):
+        mine = [(c, n) for c, n in rec.codes if c is self.func.__code__]
+        if not rec.codes:
+            raise Unsaveable("Dynamo compiled no frame for this call")
+        if len(rec.codes) != 1 or not mine:
+            raise Unsaveable(f"Dynamo compiled {len(rec.codes)} frames ("
+                             + ", ".join(c.co_name for c, _ in rec.codes) + "): a graph break")
+        if len(rec.guards) != 1:
+            raise Unsaveable("Dynamo built no guards for the frame" if not rec.guards else "several guard sets")
+        guards, why = rec.guards[0]
+        if guards is None:
+            raise Unsaveable(why)
+        code, new_code = mine[0]
+        G = self.func.__globals__
+        names = set()
+
+        def collect(c):
+            names.update(c.co_names)
+            for k in c.co_consts:
+                if isinstance(k, types.CodeType):
+                    collect(k)
+
+        collect(new_code)
+        graphs, installed = {}, {}
+        for name in sorted(names):
+            if name.startswith("__resume_at"):
+                raise Unsaveable("a graph break (Dynamo resumes in another frame)")
+            if name.startswith("__compiled_fn"):
+                obj = _unwrap(G.get(name))
+                found = [r for r in rec.graphs if r[0] is obj]
+                if not found:
+                    raise Unsaveable(f"the compiled function {name} was not made by this trace")
+                if found[0][1] is None:
+                    raise Unsaveable(f"its graph cannot be saved: {found[0][2]}")
+                graphs[name] = found[0][1]
+            elif name.startswith("__") and name in G and not hasattr(builtins, name):
+                r = _ref(G[name])
+                if r is None:
+                    raise Unsaveable(f"Dynamo's global {name} ({G[name]!r:.60}) cannot be named in another process")
+                installed[name] = r
+        for name in re.findall(r"G\['([^']+)'\]", " ".join(guards.call + guards.bind)):
+            if name.startswith("__") and name in G and name not in installed:
+                r = _ref(G[name])
+                if r is None:
+                    raise Unsaveable(f"a guard reads Dynamo's global {name}, which cannot be named in another process")
+                installed[name] = r
+        data_code, extras = _dump_code(new_code)
+        files = sorted(rec.files | {code.co_filename})
+        data = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
+                "sources": {f: _file_digest(f) for f in files}, "code": data_code, "extras": extras,
+                "installed": installed, "graphs": graphs, "guards": guards.record(), "created": time.time()}
+        live = {name: G[name] for name in graphs}  # this process keeps Dynamo's compiled functions
+        return _Entry(data, self.func, G, live), data
+
+    # -- the folder
+
+    def _save(self, data: dict) -> None:
+        if not self.folder:
+            return
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            blob = pickle.dumps(data, protocol=4)
+            name = hashlib.sha256(blob).hexdigest()[:20] + ".agcc"
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, os.path.join(self.folder, name))
+            self.counts["saved"] += 1
+            files = sorted((os.path.join(self.folder, f) for f in os.listdir(self.folder) if f.endswith(".agcc")),
+                           key=os.path.getmtime, reverse=True)
+            for old in files[MAX_ENTRIES:]:
+                os.unlink(old)
+        except OSError as e:
+            log.warning("airgraph.cache_compile: could not write to %s (%s); the entry lives in this process only",
+                        self.folder, e)
+
+    def _load(self) -> None:
+        with self.lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            if not self.folder or not os.path.isdir(self.folder):
+                return
+            files = sorted((os.path.join(self.folder, f) for f in os.listdir(self.folder) if f.endswith(".agcc")),
+                           key=os.path.getmtime, reverse=True)
+            entries, versions = [], _versions()
+            for path in files:
+                try:
+                    with open(path, "rb") as f:
+                        data = pickle.load(f)
+                    if not isinstance(data, dict) or data.get("format") != FORMAT or \
+                            data.get("format_version") != FORMAT_VERSION:
+                        raise ValueError("not an entry of this format")
+                except Exception as e:
+                    log.warning("airgraph.cache_compile: %s is damaged or foreign (%s: %s); it is rebuilt", path,
+                                type(e).__name__, e)
+                    self.counts["rebuilt"] += 1
+                    _unlink(path)
+                    continue
+                stale = [f"{k} {data['versions'].get(k)} -> {v}" for k, v in versions.items()
+                         if data["versions"].get(k) != v]
+                stale += [f"{os.path.basename(f)} changed" for f, d in data["sources"].items() if _file_digest(f) != d]
+                if stale:
+                    log.info("airgraph.cache_compile: %s: saved entry %s is stale (%s); it is traced again",
+                             self.__qualname__, os.path.basename(path), "; ".join(stale[:3]))
+                    self.counts["stale"] += 1
+                    _unlink(path)
+                    continue
+                try:
+                    graphs = {n: _disabled(SavedGraph(r, self.config)) for n, r in data["graphs"].items()}
+                    prefix = f"__airgraph_{os.path.basename(path)[:12]}"
+                    entries.append(_Entry(data, self.func, self.func.__globals__, graphs, prefix))
+                except Exception as e:  # (a name the entry needs is gone from this process's packages)
+                    log.info("airgraph.cache_compile: %s: saved entry %s cannot be used here (%s: %s)",
+                             self.__qualname__, os.path.basename(path), type(e).__name__, e)
+                    self.counts["stale"] += 1
+                    continue
+            self.entries = tuple(entries) + self.entries
+            self.counts["loaded"] += len(entries)
+
+    def __repr__(self):
+        return (f"airgraph.cache_compile({self.__qualname__}, {len(self.entries)} entries, folder={self.folder!r}, "
+                f"{self.counts})")
+
+
+def _disabled(fn):
+    """The saved graph as Dynamo's compiled functions are installed: not traced into by Dynamo."""
+    return torch._dynamo.disable(fn)
+
+
+def _unwrap(obj, depth: int = 8):
+    for _ in range(depth):
+        inner = getattr(obj, "_torchdynamo_orig_callable", None) or getattr(obj, "__wrapped__", None)
+        if inner is None or inner is obj:
+            break
+        obj = inner
+    return obj
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+def _locals_builder(func):
+    """(args, kwargs) -> the frame's locals at entry that Dynamo's guards name (L), by a generated
+    function with `func`'s signature (its defaults included)."""
+    sig = inspect.signature(func, follow_wrapped=False)
+    params, names, defaults = [], [], {}
+    star = False
+    for p in sig.parameters.values():
+        text = p.name
+        if p.kind == p.VAR_POSITIONAL:
+            text, star = "*" + p.name, True
+        elif p.kind == p.VAR_KEYWORD:
+            text = "**" + p.name
+        else:
+            if p.kind == p.KEYWORD_ONLY and not star:
+                params.append("*")
+                star = True
+            if p.default is not p.empty:
+                defaults[f"_d{len(defaults)}"] = p.default
+                text += f"=_d{len(defaults) - 1}"
+        if p.kind == p.POSITIONAL_ONLY:
+            pass
+        params.append(text)
+        names.append(p.name)
+    if any(p.kind == p.POSITIONAL_ONLY for p in sig.parameters.values()):
+        last = max(i for i, p in enumerate(sig.parameters.values()) if p.kind == p.POSITIONAL_ONLY)
+        params.insert(last + 1, "/")
+    src = f"def _L({', '.join(params)}):\n    return {{{', '.join(f'{n!r}: {n}' for n in names)}}}\n"
+    scope = dict(defaults)
+    exec(src, scope)  # noqa: S102 (text made of the function's own parameter names)
+    return scope["_L"]
+
+
+def _recording_backend(gm, example_inputs, config: CompilerConfig):
+    """airgraph's backend, also recording what another process needs to run the graph."""
+    rec = getattr(_ACTIVE, "rec", None)
+    if rec is not None:
+        tc = torch._guards.TracingContext.try_get()
+        for c in (getattr(tc, "traced_code", None) or ()):
+            rec.files.add(c.co_filename)
+        for n in gm.graph.nodes:
+            ga = n.meta.get("grapharg") if n.op == "placeholder" else None
+            v = n.meta.get("example_value")
+            if ga is None or getattr(ga, "source", None) is None or not isinstance(v, torch.Tensor):
+                continue
+            rec.dynamic[ga.source.name] = ([d if isinstance(d, int) else None for d in v.shape],
+                                           [s if isinstance(s, int) else None for s in v.stride()])
+    compiled = _backend.airgraph_backend(gm, example_inputs, config=config)
+    if rec is not None:
+        try:
+            saved, why = artifact(compiled)
+        except Exception as e:
+            saved, why = None, f"{type(e).__name__}: {e}"
+        rec.graphs.append((compiled, saved, why))
+    return compiled
+
+
+def cache_compile(fn=None, *, cache_dir: str | None = None, config: CompilerConfig | None = None, dynamic=True):
+    """Compiles `fn` (a function or a bound method such as model.forward) with airgraph and saves
+    the result so that later calls and later processes skip Dynamo (see the module text).
+
+        model.forward = airgraph.cache_compile(model.forward)
+        @airgraph.cache_compile(cache_dir="/var/cache/mymodel")
+        def step(x): ...
+
+    cache_dir: where entries are kept (default: the compile cache's folder, config.cache_dir;
+    "" keeps them in this process only); config: a CompilerConfig; dynamic: torch.compile's
+    (True: one graph serves every length)."""
+    if fn is None:
+        return lambda f: CacheCompiled(f, cache_dir, config, dynamic)
+    return CacheCompiled(fn, cache_dir, config, dynamic)
