@@ -50,8 +50,10 @@ except ImportError:  # an older torch without the protocol: nothing to implement
 ARTIFACT_VERSION = 1
 
 
-def aot_wrapper_reason(aot_gm) -> str | None:
-    """Why AOTAutograd's runtime wrapper does more than call the graph (None: it does not)."""
+def aot_wrapper_reason(aot_gm, input_outputs: dict | None = None) -> str | None:
+    """Why AOTAutograd's runtime wrapper does more than call the graph (None: it does not).
+    input_outputs: where given, outputs that are an input itself (the wrapper returns that input)
+    are accepted and listed in it (output position -> input position)."""
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
     if meta is None:
@@ -63,8 +65,15 @@ def aot_wrapper_reason(aot_gm) -> str | None:
         return "this torch's AOTAutograd metadata is not known to airgraph"
     if any(getattr(i, "mutation_type", None) == MutationType.MUTATED_OUT_GRAPH for i in meta.input_info):
         return "an input is written outside the graph (AOTAutograd's wrapper copies it back)"
-    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
-        return "an output aliases an input or another output"
+    if input_outputs is not None:
+        for k, o in enumerate(meta.output_info):
+            if o.output_type == OutputType.is_input and o.base_idx is not None:
+                input_outputs[k] = o.base_idx
+    if any(o.output_type != OutputType.non_alias and k not in (input_outputs or {})
+           for k, o in enumerate(meta.output_info)):
+        return "an output aliases an input or another output (" + ", ".join(
+            f"output {k} {o.output_type.name} of {o.base_idx}" for k, o in enumerate(meta.output_info)
+            if o.output_type != OutputType.non_alias and k not in (input_outputs or {})) + ")"
     if getattr(meta, "num_intermediate_bases", 0):
         return "outputs share intermediate bases"
     if any(getattr(i, "mutates_metadata", False) for i in meta.input_info):

@@ -208,6 +208,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
         if s is not None and n_ph != len(real):
             s = ShapeSpec(s.gears)  # AOTAutograd renumbered the inputs: the values stay inputs, no names
+        input_outputs = {}  # (a saved graph returns those inputs itself: airgraph/saved_graph.py)
+        state.update(saved_reason=aot_compile_support.aot_wrapper_reason(aot_gm, input_outputs),
+                     input_outputs=input_outputs)
         state.update(gm=aot_gm, consts=consts, reason=aot_compile_support.aot_wrapper_reason(aot_gm) or (
             "AOTAutograd changed the inputs" if n_ph != len(real) else None))
         with _cache.deferring_stores() as aten_entries:

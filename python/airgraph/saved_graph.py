@@ -63,8 +63,11 @@ def artifact(compiled) -> tuple[dict | None, str]:
                 "metas": None}, ""
     if "gm" not in state:
         return None, "the graph was not compiled for inference"
-    if state.get("reason"):
-        return None, state["reason"]
+    reason = state.get("reason")
+    if "saved_reason" in state and (reason or "").startswith("an output aliases"):
+        reason = state["saved_reason"]  # (an output that is an input itself: the saved graph returns it)
+    if reason:
+        return None, reason
     if report.engine_graphs != 1 or any(not n.native for n in report.nodes) or len(report.symbolic) > 1:
         return None, "it does not run whole on the engine (PyTorch fallback nodes)"
     gm, consts = state["gm"], state["consts"]
@@ -76,11 +79,13 @@ def artifact(compiled) -> tuple[dict | None, str]:
     names = {str(i): phs[i] for i in consts}
     metas = {str(i): [str(t.dtype).replace("torch.", ""), list(t.shape)] for i, t in consts.items()}
     writes = [list(w) for w in gm.meta.get("airgraph_input_writes", ())]
+    aliases = {str(k): v for k, v in state.get("input_outputs", {}).items()}
     producer = f"airgraph {__version__}"
     if not report.symbolic:
         low = lower_graph(gm, consts)
         return {"kind": "static", "graph": _b64(low.g.save(True, producer, "", list(weights))),
-                "feeding": low.feeding(), "consts": names, "writes": writes, "metas": metas}, ""
+                "feeding": low.feeding(), "consts": names, "writes": writes, "metas": metas,
+                "input_outputs": aliases}, ""
     seg = report.symbolic[0]
     if seg.template is None:
         return None, f"its symbolic sizes are lowered per size ({seg.template_reason})"
@@ -93,7 +98,7 @@ def artifact(compiled) -> tuple[dict | None, str]:
         opt = None  # (its folded constants would be saved with their bytes: the passes run per size instead)
     rec = {"kind": "symbolic", "graph": _b64(seg.template.g.save(True, producer, "", list(weights))),
            "feeding": seg.template.feeding(), "consts": names, "writes": writes, "metas": metas,
-           "getters": [list(g) for g in seg.getters], "symbols": [str(s) for s in seg.symbols]}
+           "input_outputs": aliases, "getters": [list(g) for g in seg.getters], "symbols": [str(s) for s in seg.symbols]}
     if opt is not None:
         rec["optimized"] = _b64(opt.save(True, producer, "", list(weights)))
     return rec, ""
@@ -159,7 +164,18 @@ class SavedGraph:
             return run, []
 
         run = bind_weights(build, consts, dict(self.consts), config, self.report)
-        return _writing_inputs(run, self.writes) if self.writes else run
+        run = _writing_inputs(run, self.writes) if self.writes else run
+        aliases = {int(k): v for k, v in rec.get("input_outputs", {}).items()}
+        if not aliases:
+            return run
+
+        def returning_inputs(args):  # (as AOTAutograd's wrapper: an output that is an input is that input)
+            outs = run(args)
+            for k, i in aliases.items():
+                outs[k] = args[i]
+            return outs
+
+        return returning_inputs
 
     def __call__(self, *args):
         run = self._run
