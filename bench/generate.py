@@ -33,11 +33,12 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 THREADS = 2
-BACKENDS = ("eager", "inductor", "airgraph", "openvino")
+BACKENDS = ("eager", "inductor", "airgraph", "openvino", "cache_compile-cold", "cache_compile-warm")
 
 
 def build_model(name: str):
@@ -78,6 +79,11 @@ def _compile(model, backend: str):
         # generate() or many make two Dynamo graphs (prefill, decode); with the default, Dynamo
         # first specializes on the first lengths and recompiles when they change
         model.forward = torch.compile(model.forward, backend="airgraph", dynamic=True)
+    elif backend.startswith("cache_compile"):
+        import airgraph
+
+        # the cold process writes the entries into a fresh folder, the warm one (run next) loads them
+        model.forward = airgraph.cache_compile(model.forward, cache_dir=os.environ["AIRGRAPH_BENCH_CC_DIR"])
     elif backend == "openvino":
         import openvino.torch  # noqa: F401  (registers the backend)
 
@@ -129,7 +135,7 @@ def worker(a) -> dict:
 
     res = {}
     with torch.no_grad():
-        res["first_ms"], toks, _, _ = gen(a.new)
+        res["first_ms"], toks, res["first_token_ms"], _ = gen(a.new)
         tokens = [toks.tolist()]
         pre, steps = [], []
         for _ in range(a.repeats):
@@ -140,6 +146,11 @@ def worker(a) -> dict:
     res["prefill_ms"] = statistics.median(pre)
     res["decode_ms"] = statistics.median(steps)
     res["tokens"] = tokens
+    if a.backend.startswith("cache_compile"):
+        from torch._dynamo.utils import counters
+
+        res["dynamo_frames"] = int(counters["frames"]["total"])
+        res["forward"] = repr(model.forward)
     if a.backend == "airgraph":
         sink_cm.__exit__(None, None, None)
         res["graphs"] = len(sink)
@@ -324,8 +335,9 @@ def measure(a, gbs: float, log=None) -> list[dict]:
             if batch not in floors:  # the floor does not depend on the cache's kind
                 floors[batch] = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs)
             ref = None
+            cc_dir = tempfile.mkdtemp(prefix="airgraph-bench-cc-")
             for backend in a.backends.split(","):
-                r = _run_worker(a, backend, cache, batch)
+                r = _run_worker(a, backend, cache, batch, env={"AIRGRAPH_BENCH_CC_DIR": cc_dir})
                 if backend == "eager" and "tokens" in r:
                     ref = r["tokens"][0]
                 if "tokens" in r and ref is not None:
@@ -337,13 +349,13 @@ def measure(a, gbs: float, log=None) -> list[dict]:
     return rows
 
 
-def _run_worker(a, backend: str, cache: str, batch: int, extra=()) -> dict:
+def _run_worker(a, backend: str, cache: str, batch: int, extra=(), env=None) -> dict:
     """One cell in its own process: its RESULT as a dict, or {"error": ...}."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", a.model, "--backend", backend,
            "--cache", cache, "--batch", str(batch), "--prompt", str(a.prompt), "--new", str(a.new),
            "--repeats", str(a.repeats), *extra]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {a.timeout} s"}
     line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
@@ -355,7 +367,9 @@ def _run_worker(a, backend: str, cache: str, batch: int, extra=()) -> dict:
 def _row(r: dict) -> str:
     if "error" in r:
         return f"| {r['cache']} | {r['batch']} | {r['backend']} | - | - | - | {r['floor_ms']:.2f} | - | {r['error']} |"
-    notes = []
+    notes = [f"first token {r['first_token_ms']:.0f} ms"] if "first_token_ms" in r else []
+    if "dynamo_frames" in r:
+        notes.append(f"{r['dynamo_frames']} frames traced by Dynamo")
     if r["backend"] == "airgraph":
         notes.append(f"{r['graphs']} graphs, {r['fallback_nodes']} fallback nodes, {r['programs']} programs")
         if r.get("build_ms_median") is not None:

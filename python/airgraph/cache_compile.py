@@ -30,6 +30,7 @@ saying why.
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import enum
 import functools
@@ -191,6 +192,7 @@ class _GuardText:
         self.self_ref = self_ref  # the frame local holding the module: ("self", None) or ("args", 0)
         self.call: list[str] = []
         self.bind: list[str] = []
+        self.values: list[str] = []  # the bind texts that compare a value read from the module
         self.objs: list = []  # references (_ref) the texts name as O[k]
         self.tensors: list = []  # (source text, dtype, requires_grad, sizes, strides) checked every call
         self.state: bytes | None = None  # pickled GlobalStateGuard
@@ -225,7 +227,13 @@ class _GuardText:
         if text in self._seen:
             return
         self._seen.add(text)
-        (self.call if self._is_call(text) else self.bind).append(text)
+        if self._is_call(text):
+            self.call.append(text)
+            return
+        self.bind.append(text)
+        m = _L_REF.match(text)
+        if m and m.group(1) not in self.freevars and " == " in text and "__code__" not in text:
+            self.values.append(text)  # (a value read from the module: checked on every call too)
 
     def translate(self, entries, freevars, dynamic: dict, state) -> None:
         """entries: Dynamo's GuardFilterEntry list; dynamic: source text -> (sizes, strides) of a
@@ -312,7 +320,7 @@ class _GuardText:
         raise Unsaveable(f"Dynamo's {t} guard on {src or 'the frame'} has no text to check it with")
 
     def record(self) -> dict:
-        return {"call": self.call, "bind": self.bind, "objs": self.objs, "tensors": self.tensors,
+        return {"call": self.call, "bind": self.bind, "values": self.values, "objs": self.objs, "tensors": self.tensors,
                 "state": self.state, "tf_stack": self.tf_stack}
 
 
@@ -330,8 +338,11 @@ class _Checks:
         for r in rec["objs"]:
             objs.append(_resolve(r))  # (a name no longer there: the entry is not usable here)
         scope = {**_closure_vars(), "O": objs, "G": G, "__builtins__": builtins}
-        self.call_texts, self.bind_texts = rec["call"], rec["bind"]
-        self._call = self._compile(rec["call"], scope)
+        # every call: the checks of the arguments, and the values the trace read from the module and the
+        # function's closure (a config value, an attribute such as a scale); binding: all the rest too
+        # (classes, hooks, globals, code), when the entry meets a module object for the first time
+        self.call_texts, self.bind_texts = rec["call"] + rec["values"], rec["bind"]
+        self._call = self._compile(self.call_texts, scope)
         self._bind = self._compile(rec["bind"], scope)
         self.scope = scope
         self.state = pickle.loads(rec["state"]) if rec["state"] is not None else None
@@ -355,8 +366,7 @@ class _Checks:
 
     @staticmethod
     def _compile(texts, scope):
-        body = " and ".join(f"({t})" for t in texts) or "True"
-        return eval(f"lambda L: {body}", scope)  # noqa: S307 (Dynamo's guard text, written by this process)
+        return _compile_checks(texts, scope)
 
     def call(self, L) -> bool:
         if self.state is not None and not self.state.check():
@@ -393,6 +403,48 @@ class _Checks:
             except Exception as e:
                 return f"an input tensor is missing ({type(e).__name__})"
         return "?"
+
+
+def _compile_checks(texts: list[str], scope: dict):
+    """One function `L -> bool` that runs the guard texts in order, each source (a chain of
+    attributes and constant subscripts from L or G) read once into a local: Dynamo's texts repeat
+    their sources' long prefixes. False as soon as a check fails or a source cannot be read."""
+    names: dict[str, str] = {}
+    lines: list[str] = []
+
+    def chain(node) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+                return False
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in ("L", "G")
+
+    def var(node) -> ast.Name:
+        key = ast.unparse(node)
+        if key not in names:
+            if isinstance(node, ast.Name):
+                return node
+            base = var(node.value)
+            copy = ast.Attribute(base, node.attr, ast.Load()) if isinstance(node, ast.Attribute) else \
+                ast.Subscript(base, node.slice, ast.Load())
+            names[key] = f"_v{len(names)}"
+            lines.append(f"{names[key]} = {ast.unparse(copy)}")
+        return ast.Name(names[key], ast.Load())
+
+    class Hoist(ast.NodeTransformer):
+        def generic_visit(self, node):
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and chain(node):
+                return var(node)
+            return super().generic_visit(node)
+
+    for t in texts:
+        expr = Hoist().visit(ast.parse(t, mode="eval")).body
+        lines.append(f"if not ({ast.unparse(expr)}): return False")
+    src = "def _check(L):\n    try:\n" + "".join(f"        {l}\n" for l in lines) + \
+        "        return True\n    except Exception:\n        return False\n"
+    ns = dict(scope)
+    exec(compile(src, "<airgraph.cache_compile guards>", "exec"), ns)  # noqa: S102 (Dynamo's guard text)
+    return ns["_check"]
 
 
 # ----------------------------------------------------------------------------- one trace's recordings
@@ -470,6 +522,7 @@ class _Entry:
         if rename:
             sub = functools.partial(re.sub, r"G\['([^']+)'\]", lambda m: f"G[{rename.get(m.group(1), m.group(1))!r}]")
             guards = {**guards, "call": [sub(t) for t in guards["call"]], "bind": [sub(t) for t in guards["bind"]],
+                      "values": [sub(t) for t in guards["values"]],
                       "tensors": [(sub(t[0]), *t[1:]) for t in guards["tensors"]]}
         self.checks = _Checks(guards, globals_)
         code = _load_code(data["code"], data["extras"])

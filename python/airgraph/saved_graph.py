@@ -69,7 +69,8 @@ def artifact(compiled) -> tuple[dict | None, str]:
     if reason:
         return None, reason
     if report.engine_graphs != 1 or any(not n.native for n in report.nodes) or len(report.symbolic) > 1:
-        return None, "it does not run whole on the engine (PyTorch fallback nodes)"
+        # (a second symbolic graph: the whole graph could not be lowered and a part of it runs in PyTorch)
+        return None, "it does not run whole on the engine (PyTorch fallback nodes, or a part in PyTorch)"
     gm, consts = state["gm"], state["consts"]
     op = _random_op(gm)
     if op is not None:
