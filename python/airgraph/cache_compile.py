@@ -36,7 +36,6 @@ import enum
 import functools
 import hashlib
 import importlib
-import inspect
 import logging
 import marshal
 import os
@@ -47,7 +46,6 @@ import tempfile
 import threading
 import time
 import types
-import weakref
 
 import torch
 import torch._dynamo
@@ -156,6 +154,10 @@ def _ref(obj):
         owner = _ref(obj.__objclass__)
         if owner is not None and owner[0] == "q":
             mod, qual = owner[1], owner[2] + "." + obj.__name__
+    if isinstance(obj, type) and obj.__module__ == "builtins":  # (types.MethodType is builtins.method)
+        for k, v in vars(types).items():
+            if v is obj:
+                return ("q", "types", k)
     name = getattr(obj, "__name__", None)
     for q in (qual, name):  # (torch.cat's qualname is _VariableFunctionsClass.cat; torch.cat is its name)
         if isinstance(mod, str) and isinstance(q, str) and "<locals>" not in q:
@@ -447,6 +449,43 @@ def _compile_checks(texts: list[str], scope: dict):
     return ns["_check"]
 
 
+class _Progress:
+    """A line on stderr while a trace takes longer than a few seconds (AIRGRAPH_PROGRESS_AFTER,
+    default 3): what is being done and for how long, then how long it took. Only where stderr is a
+    terminal, or AIRGRAPH_PROGRESS=1."""
+
+    def __init__(self, what: str, rec: "_Recording"):
+        self.what, self.rec = what, rec
+        self.done = threading.Event()
+        self.thread = None
+
+    def __enter__(self):
+        if sys.stderr.isatty() or os.environ.get("AIRGRAPH_PROGRESS") == "1":
+            self.after = float(os.environ.get("AIRGRAPH_PROGRESS_AFTER", "3"))
+            self.t0 = time.perf_counter()
+            self.thread = threading.Thread(target=self._show, daemon=True, name="airgraph-progress")
+            self.thread.start()
+        return self
+
+    def _show(self):
+        shown, width = False, 0
+        while not self.done.wait(1.0 if shown else self.after):
+            shown = True
+            text = f"airgraph: {self.what}: {self.rec.stage} ({time.perf_counter() - self.t0:.0f} s)"
+            sys.stderr.write("\r" + text.ljust(width))
+            sys.stderr.flush()
+            width = len(text)
+        if shown:
+            sys.stderr.write("\r" + f"airgraph: {self.what}: traced and compiled {len(self.rec.graphs)} graph(s) in "
+                             f"{time.perf_counter() - self.t0:.1f} s".ljust(width) + "\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc):
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join()
+
+
 # ----------------------------------------------------------------------------- one trace's recordings
 
 
@@ -460,6 +499,7 @@ class _Recording:
         self.guards: list = []  # (_GuardText or None, why not)
         self.files: set[str] = set()
         self.dynamic: dict = {}
+        self.stage = "Dynamo is tracing the Python code"
         self.state = (pickle.dumps(torch._C._dynamo.guards.GlobalStateGuard()), torch._C._len_torch_function_stack())
 
 
@@ -538,31 +578,33 @@ class _Entry:
         self.calls = 0
 
 
+def _call(fn, /, *args, **kwargs):
+    """The frame Dynamo traces for every cache_compiled function (each CacheCompiled has its own
+    copy of this code, so that Dynamo's cache and recompile count are its own): `fn` is a local of
+    the frame, so Dynamo's guards read the module as L['fn'] (checked on binding, and its values on
+    every call) and the call's arguments as L['args'] and L['kwargs'] (checked on every call),
+    whatever file `fn` lives in (torch's own modules, such as nn.Sequential, included)."""
+    return fn(*args, **kwargs)
+
+
 class CacheCompiled:
     """What airgraph.cache_compile returns: call it like the function (see the module text)."""
 
     def __init__(self, fn, cache_dir: str | None = None, config: CompilerConfig | None = None, dynamic=True):
         self.config = config or CompilerConfig()
-        self.fn = fn
-        self.self_obj = fn.__self__ if inspect.ismethod(fn) else None
-        func = fn.__func__ if inspect.ismethod(fn) else fn
-        if not isinstance(func, types.FunctionType):
+        if not callable(fn) or not isinstance(getattr(fn, "__func__", fn), types.FunctionType):
             raise TypeError(f"airgraph.cache_compile takes a Python function or bound method, got {type(fn).__name__}")
-        self.func = func
+        self.fn = fn
+        owner = getattr(fn, "__self__", None)
+        func = getattr(fn, "__func__", fn)
         self.dynamic = dynamic
         folder = cache_dir if cache_dir is not None else self.config.cache_dir
-        owner = type(self.self_obj) if self.self_obj is not None else None
         ident = "\0".join([func.__module__ or "", func.__qualname__, func.__code__.co_filename,
-                           owner.__module__ + "." + owner.__qualname__ if owner else "", getattr(fn, "__name__", "")])
+                           f"{type(owner).__module__}.{type(owner).__qualname__}" if owner is not None else "",
+                           getattr(fn, "__name__", "")])
         self.key = hashlib.sha256(ident.encode()).hexdigest()[:24]
         self.folder = os.path.join(folder, "cache_compile", self.key) if folder else None
-        code = func.__code__
-        self.freevars = code.co_freevars
-        self._locals = _locals_builder(func)
-        self.self_ref = None
-        if self.self_obj is not None:
-            p = next(iter(inspect.signature(func, follow_wrapped=False).parameters.values()))
-            self.self_ref = (p.name, 0 if p.kind == p.VAR_POSITIONAL else None)
+        self._frame = types.FunctionType(_call.__code__.replace(co_name="_call"), _call.__globals__, "_call")
         self.entries: tuple = ()
         self.lock = threading.RLock()
         self._compiled = None
@@ -574,15 +616,13 @@ class CacheCompiled:
     # -- calls
 
     def __call__(self, *args, **kwargs):
-        if self.self_obj is not None:
-            args = (self.self_obj,) + args
         if not self._loaded:
             self._load()
-        L = self._locals(*args, **kwargs)
+        L = {"fn": self.fn, "args": args, "kwargs": kwargs}
         for e in self.entries:
-            if e.checks.call(L) and (e.bound is not None and e.bound() is self._bind_key(L) or self._bind(e, L)):
+            if e.checks.call(L) and (e.bound or self._bind(e, L)):
                 try:
-                    out = e.replay(*args, **kwargs)
+                    out = e.replay(self.fn, *args, **kwargs)
                 except InputMismatch as err:  # (raised before the graph ran: no side effect happened)
                     log.info("airgraph.cache_compile: %s: the saved graph refused the inputs (%s); tracing again",
                              self.__qualname__, err)
@@ -592,23 +632,11 @@ class CacheCompiled:
                 return out
         return self._trace(args, kwargs, L)
 
-    def _bind_key(self, L):
-        if self.self_ref is None:
-            return True
-        name, idx = self.self_ref
-        return L[name] if idx is None else L[name][idx]
-
-    def _full_locals(self, L) -> dict:
-        if not self.freevars:
-            return L
-        return {**L, **{n: c.cell_contents for n, c in zip(self.freevars, self.func.__closure__ or ())}}
-
     def _bind(self, e: _Entry, L) -> bool:
-        if not e.checks.bind(self._full_locals(L)):
-            return False
-        obj = self._bind_key(L)
-        e.bound = (lambda: True) if obj is True else _weak(obj)
-        return True
+        """The entry's checks of the module's classes, hooks, globals and code (L['fn'] is the same
+        object on every call: once per entry and process)."""
+        e.bound = e.checks.bind(L)
+        return e.bound
 
     # -- tracing
 
@@ -617,9 +645,9 @@ class CacheCompiled:
             def guards(entries):
                 rec = getattr(_ACTIVE, "rec", None)
                 if rec is not None:
-                    g = _GuardText(self.self_ref)
+                    g = _GuardText(("fn", None))
                     try:
-                        g.translate(entries, self.freevars, rec.dynamic, rec.state)
+                        g.translate(entries, (), rec.dynamic, rec.state)
                         rec.guards.append((g, ""))
                     except Unsaveable as e:
                         rec.guards.append((None, str(e)))
@@ -628,7 +656,8 @@ class CacheCompiled:
                 return [True] * len(entries)
 
             _ensure_hook()
-            self._compiled = torch.compile(self.fn, backend=functools.partial(_recording_backend, config=self.config),
+            self._compiled = torch.compile(self._frame, backend=functools.partial(_recording_backend,
+                                                                                  config=self.config),
                                            dynamic=self.dynamic, options={"guard_filter_fn": guards})
         return self._compiled
 
@@ -636,16 +665,17 @@ class CacheCompiled:
         with self.lock:
             why = ""
             if self.entries and log.isEnabledFor(logging.INFO):
-                why = "; ".join(e.checks.why(self._full_locals(L)) for e in self.entries[:3])
+                why = "; ".join(e.checks.why(L) for e in self.entries[:3])
             rec = _Recording()
             prev = getattr(_ACTIVE, "rec", None)
             _ACTIVE.rec = rec
             t0 = time.perf_counter()
             try:
-                # (specialize_float: a norm's eps stays a constant of the graph, as without dynamic=True;
-                # a saved graph takes tensors and sizes only)
-                with torch._dynamo.config.patch(specialize_float=True):
-                    out = self._compiled_fn()(*args[1 if self.self_obj is not None else 0:], **kwargs)
+                # specialize_float: a norm's eps stays a constant of the graph, as without dynamic=True
+                # (a saved graph takes tensors and sizes only), and Dynamo does not restart its analysis
+                # of the prefill to turn such floats into tensors (a second trace under dynamic=True)
+                with torch._dynamo.config.patch(specialize_float=True), _Progress(self.__qualname__, rec):
+                    out = self._compiled_fn()(self.fn, *args, **kwargs)
             finally:
                 _ACTIVE.rec = prev
             if not rec.codes:  # Dynamo's own entries served the call (a signature that could not be saved)
@@ -666,7 +696,7 @@ class CacheCompiled:
             return out
 
     def _entry_from(self, rec: _Recording):
-        mine = [(c, n) for c, n in rec.codes if c is self.func.__code__]
+        mine = [(c, n) for c, n in rec.codes if c is self._frame.__code__]
         if not rec.codes:
             raise Unsaveable("Dynamo compiled no frame for this call")
         if len(rec.codes) != 1 or not mine:
@@ -678,7 +708,7 @@ class CacheCompiled:
         if guards is None:
             raise Unsaveable(why)
         code, new_code = mine[0]
-        G = self.func.__globals__
+        G = self._frame.__globals__
         names = set()
 
         def collect(c):
@@ -712,12 +742,12 @@ class CacheCompiled:
                     raise Unsaveable(f"a guard reads Dynamo's global {name}, which cannot be named in another process")
                 installed[name] = r
         data_code, extras = _dump_code(new_code)
-        files = sorted(rec.files | {code.co_filename})
+        files = sorted(rec.files | {getattr(self.fn, '__func__', self.fn).__code__.co_filename})
         data = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
                 "sources": {f: _file_digest(f) for f in files}, "code": data_code, "extras": extras,
                 "installed": installed, "graphs": graphs, "guards": guards.record(), "created": time.time()}
         live = {name: G[name] for name in graphs}  # this process keeps Dynamo's compiled functions
-        return _Entry(data, self.func, G, live), data
+        return _Entry(data, self._frame, G, live), data
 
     # -- the folder
 
@@ -776,7 +806,7 @@ class CacheCompiled:
                 try:
                     graphs = {n: _disabled(SavedGraph(r, self.config)) for n, r in data["graphs"].items()}
                     prefix = f"__airgraph_{os.path.basename(path)[:12]}"
-                    entries.append(_Entry(data, self.func, self.func.__globals__, graphs, prefix))
+                    entries.append(_Entry(data, self._frame, self._frame.__globals__, graphs, prefix))
                 except Exception as e:  # (a name the entry needs is gone from this process's packages)
                     log.info("airgraph.cache_compile: %s: saved entry %s cannot be used here (%s: %s)",
                              self.__qualname__, os.path.basename(path), type(e).__name__, e)
@@ -811,45 +841,6 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _weak(obj):
-    try:
-        return weakref.ref(obj)
-    except TypeError:
-        return lambda: obj
-
-
-def _locals_builder(func):
-    """(args, kwargs) -> the frame's locals at entry that Dynamo's guards name (L), by a generated
-    function with `func`'s signature (its defaults included)."""
-    sig = inspect.signature(func, follow_wrapped=False)
-    params, names, defaults = [], [], {}
-    star = False
-    for p in sig.parameters.values():
-        text = p.name
-        if p.kind == p.VAR_POSITIONAL:
-            text, star = "*" + p.name, True
-        elif p.kind == p.VAR_KEYWORD:
-            text = "**" + p.name
-        else:
-            if p.kind == p.KEYWORD_ONLY and not star:
-                params.append("*")
-                star = True
-            if p.default is not p.empty:
-                defaults[f"_d{len(defaults)}"] = p.default
-                text += f"=_d{len(defaults) - 1}"
-        if p.kind == p.POSITIONAL_ONLY:
-            pass
-        params.append(text)
-        names.append(p.name)
-    if any(p.kind == p.POSITIONAL_ONLY for p in sig.parameters.values()):
-        last = max(i for i, p in enumerate(sig.parameters.values()) if p.kind == p.POSITIONAL_ONLY)
-        params.insert(last + 1, "/")
-    src = f"def _L({', '.join(params)}):\n    return {{{', '.join(f'{n!r}: {n}' for n in names)}}}\n"
-    scope = dict(defaults)
-    exec(src, scope)  # noqa: S102 (text made of the function's own parameter names)
-    return scope["_L"]
-
-
 def _recording_backend(gm, example_inputs, config: CompilerConfig):
     """airgraph's backend, also recording what another process needs to run the graph."""
     rec = getattr(_ACTIVE, "rec", None)
@@ -864,8 +855,12 @@ def _recording_backend(gm, example_inputs, config: CompilerConfig):
                 continue
             rec.dynamic[ga.source.name] = ([d if isinstance(d, int) else None for d in v.shape],
                                            [s if isinstance(s, int) else None for s in v.stride()])
+    if rec is not None:
+        n = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        rec.stage = f"airgraph is compiling graph {len(rec.graphs) + 1} ({n} ops)"
     compiled = _backend.airgraph_backend(gm, example_inputs, config=config)
     if rec is not None:
+        rec.stage = "Dynamo is building the guards"
         try:
             saved, why = artifact(compiled)
         except Exception as e:

@@ -195,7 +195,7 @@ def test_threads_share_saved_graphs(tmp_path):
     assert not errors, errors
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
-    assert f.counts["traces"] == 1, f.counts
+    assert f.counts["traces"] == 1 and f.counts["replays"] == len(xs), f.counts  # (every threaded call replayed)
 
 
 def test_unsaveable_frame_runs_through_torch_compile_and_says_why(tmp_path, caplog):
@@ -227,3 +227,17 @@ def test_decorator_and_plain_function(tmp_path):
     assert isinstance(step, airgraph.CacheCompiled) and "step" in repr(step)
     with pytest.raises(TypeError, match="function or bound method"):
         airgraph.cache_compile(torch.nn.Linear(2, 2))
+
+
+def test_progress_line_for_a_long_trace(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("AIRGRAPH_PROGRESS", "1")  # (stderr is no terminal here: forced on)
+    monkeypatch.setenv("AIRGRAPH_PROGRESS_AFTER", "0")
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    f = airgraph.cache_compile(m.forward, cache_dir=str(tmp_path))
+    with torch.no_grad():
+        f(torch.randn(3, 4))
+    err = capfd.readouterr().err
+    assert "airgraph: Sequential.forward: " in err and "traced and compiled 1 graph(s) in" in err, err[-2000:]
+    with torch.no_grad():
+        f(torch.randn(3, 4))
+    assert "airgraph:" not in capfd.readouterr().err  # a replay says nothing
