@@ -339,7 +339,7 @@ class _Checks:
         objs = []
         for r in rec["objs"]:
             objs.append(_resolve(r))  # (a name no longer there: the entry is not usable here)
-        scope = {**_closure_vars(), "O": objs, "G": G, "__builtins__": builtins}
+        scope = {**_closure_vars(), "O": objs, "G": G, "__builtins__": builtins, "___same_code": _same_code(objs)}
         # every call: the checks of the arguments, and the values the trace read from the module and the
         # function's closure (a config value, an attribute such as a scale); binding: all the rest too
         # (classes, hooks, globals, code), when the entry meets a module object for the first time
@@ -407,6 +407,23 @@ class _Checks:
         return "?"
 
 
+def _same_code(objs: list):
+    """(code, k) -> whether `code` equals the saved code object O[k]: compared by value the first
+    time, then by identity with the code object that matched (a function's code never changes in
+    place; a new function brings a new code object, compared by value again)."""
+    live: dict = {}
+
+    def same(code, k) -> bool:
+        if live.get(k) is code:
+            return True
+        if code == objs[k]:
+            live[k] = code
+            return True
+        return False
+
+    return same
+
+
 def _compile_checks(texts: list[str], scope: dict):
     """One function `L -> bool` that runs the guard texts in order, each source (a chain of
     attributes and constant subscripts from L or G) read once into a local: Dynamo's texts repeat
@@ -435,6 +452,17 @@ def _compile_checks(texts: list[str], scope: dict):
 
     class Hoist(ast.NodeTransformer):
         def generic_visit(self, node):
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and \
+                    isinstance(node.value.func, ast.Name) and node.value.func.id == "dict" and \
+                    len(node.value.args) == 1 and isinstance(node.value.args[0], ast.Attribute) and \
+                    node.value.args[0].attr == "__dict__":
+                node.value = node.value.args[0]  # dict(C.__dict__)[k] -> C.__dict__[k]: no copy of a class's dict
+            if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq) and \
+                    isinstance(node.left, ast.Attribute) and node.left.attr == "__code__" and \
+                    isinstance(node.comparators[0], ast.Subscript) and isinstance(node.comparators[0].value, ast.Name) \
+                    and node.comparators[0].value.id == "O":
+                # a code object compared once by value, then by identity (see _same_code)
+                node = ast.Call(ast.Name("___same_code", ast.Load()), [node.left, node.comparators[0].slice], [])
             if isinstance(node, (ast.Attribute, ast.Subscript)) and chain(node):
                 return var(node)
             return super().generic_visit(node)
