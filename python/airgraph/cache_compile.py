@@ -307,6 +307,8 @@ class _GuardText:
             return f"{'' if hasattr(v, kw['attr']) else 'not '}hasattr({src}, {kw['attr']!r})"
         elif t in ("DICT_CONTAINS", "DICT_NOT_CONTAINS") and _constant(kw.get("key")):
             return f"{'not ' if t == 'DICT_NOT_CONTAINS' else ''}___dict_contains({kw['key']!r}, {src})"
+        elif t == "DUPLICATE_INPUT" and isinstance(getattr(kw.get("source_b"), "name", None), str):
+            return f"{src} is {kw['source_b'].name}"  # (Dynamo had added this pair already)
         elif t == "NONE_MATCH":
             return f"{src} is None"
         elif g.has_value and t == "TYPE_MATCH":
@@ -344,8 +346,10 @@ class _Checks:
         # function's closure (a config value, an attribute such as a scale); binding: all the rest too
         # (classes, hooks, globals, code), when the entry meets a module object for the first time
         self.call_texts, self.bind_texts = rec["call"] + rec["values"], rec["bind"]
-        self._call = self._compile(self.call_texts, scope)
-        self._bind = self._compile(rec["bind"], scope)
+        # (the checks' source is made when the entry is traced and saved with it: a load only compiles it)
+        self.sources = (rec.get("call_src") or _checks_source(self.call_texts),
+                        rec.get("bind_src") or _checks_source(rec["bind"]))
+        self._call, self._bind = (_exec_checks(src, scope) for src in self.sources)
         self.scope = scope
         self.state = pickle.loads(rec["state"]) if rec["state"] is not None else None
         self.tf_stack = rec["tf_stack"]
@@ -366,9 +370,6 @@ class _Checks:
             self._tensors = torch._C._dynamo.guards.TensorGuards(*examples, dynamic_dims_sizes=sizes,
                                                                  dynamic_dims_strides=strides)
 
-    @staticmethod
-    def _compile(texts, scope):
-        return _compile_checks(texts, scope)
 
     def call(self, L) -> bool:
         if self.state is not None and not self.state.check():
@@ -424,10 +425,17 @@ def _same_code(objs: list):
     return same
 
 
-def _compile_checks(texts: list[str], scope: dict):
-    """One function `L -> bool` that runs the guard texts in order, each source (a chain of
-    attributes and constant subscripts from L or G) read once into a local: Dynamo's texts repeat
-    their sources' long prefixes. False as soon as a check fails or a source cannot be read."""
+def _exec_checks(src: str, scope: dict):
+    ns = dict(scope)
+    exec(compile(src, "<airgraph.cache_compile guards>", "exec"), ns)  # noqa: S102 (Dynamo's guard text)
+    return ns["_check"]
+
+
+def _checks_source(texts: list[str]) -> str:
+    """The source of one function `_check(L) -> bool` that runs the guard texts in order, each
+    source (a chain of attributes and constant subscripts from L or G) read once into a local:
+    Dynamo's texts repeat their sources' long prefixes. False as soon as a check fails or a source
+    cannot be read."""
     names: dict[str, str] = {}
     lines: list[str] = []
 
@@ -470,11 +478,8 @@ def _compile_checks(texts: list[str], scope: dict):
     for t in texts:
         expr = Hoist().visit(ast.parse(t, mode="eval")).body
         lines.append(f"if not ({ast.unparse(expr)}): return False")
-    src = "def _check(L):\n    try:\n" + "".join(f"        {l}\n" for l in lines) + \
+    return "def _check(L):\n    try:\n" + "".join(f"        {l}\n" for l in lines) + \
         "        return True\n    except Exception:\n        return False\n"
-    ns = dict(scope)
-    exec(compile(src, "<airgraph.cache_compile guards>", "exec"), ns)  # noqa: S102 (Dynamo's guard text)
-    return ns["_check"]
 
 
 class _Progress:
@@ -591,6 +596,7 @@ class _Entry:
             sub = functools.partial(re.sub, r"G\['([^']+)'\]", lambda m: f"G[{rename.get(m.group(1), m.group(1))!r}]")
             guards = {**guards, "call": [sub(t) for t in guards["call"]], "bind": [sub(t) for t in guards["bind"]],
                       "values": [sub(t) for t in guards["values"]],
+                      **{k: sub(guards[k]) for k in ("call_src", "bind_src") if guards.get(k)},
                       "tensors": [(sub(t[0]), *t[1:]) for t in guards["tensors"]]}
         self.checks = _Checks(guards, globals_)
         code = _load_code(data["code"], data["extras"])
@@ -758,13 +764,13 @@ class CacheCompiled:
                 if found[0][1] is None:
                     raise Unsaveable(f"its graph cannot be saved: {found[0][2]}")
                 graphs[name] = found[0][1]
-            elif name.startswith("__") and name in G and not hasattr(builtins, name):
+            elif name in G and name not in _OWN_GLOBALS:  # (a global Dynamo installed in this module)
                 r = _ref(G[name])
                 if r is None:
                     raise Unsaveable(f"Dynamo's global {name} ({G[name]!r:.60}) cannot be named in another process")
                 installed[name] = r
         for name in re.findall(r"G\['([^']+)'\]", " ".join(guards.call + guards.bind)):
-            if name.startswith("__") and name in G and name not in installed:
+            if name in G and name not in _OWN_GLOBALS and name not in installed:
                 r = _ref(G[name])
                 if r is None:
                     raise Unsaveable(f"a guard reads Dynamo's global {name}, which cannot be named in another process")
@@ -775,7 +781,9 @@ class CacheCompiled:
                 "sources": {f: _file_digest(f) for f in files}, "code": data_code, "extras": extras,
                 "installed": installed, "graphs": graphs, "guards": guards.record(), "created": time.time()}
         live = {name: G[name] for name in graphs}  # this process keeps Dynamo's compiled functions
-        return _Entry(data, self._frame, G, live), data
+        entry = _Entry(data, self._frame, G, live)
+        data["guards"]["call_src"], data["guards"]["bind_src"] = entry.checks.sources
+        return entry, data
 
     # -- the folder
 
@@ -911,3 +919,7 @@ def cache_compile(fn=None, *, cache_dir: str | None = None, config: CompilerConf
     if fn is None:
         return lambda f: CacheCompiled(f, cache_dir, config, dynamic)
     return CacheCompiled(fn, cache_dir, config, dynamic)
+
+
+# the module's own globals: any other name in them was installed by Dynamo for a traced _call frame
+_OWN_GLOBALS = frozenset(globals()) | {"_OWN_GLOBALS"}
