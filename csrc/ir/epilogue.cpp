@@ -11,7 +11,7 @@ const OpDef* unary_op(int64_t c) {
   static const std::unordered_map<int64_t, const OpDef*> by_code = [] {
     std::unordered_map<int64_t, const OpDef*> m;
     for (const OpDef* d : all_ops())
-      if (d->epilogue && d->fused_code != 0) m.emplace(d->fused_code, d);
+      if (d->epilogue && d->fused_code != 0 && d->max_inputs == 1) m.emplace(d->fused_code, d);
     return m;
   }();
   auto it = by_code.find(c);
