@@ -128,12 +128,14 @@ template <typename C> inline C minimum_(C a, C b) {
   if constexpr (std::is_floating_point_v<C>) return a != a ? a : (b != b ? b : (a < b ? a : b));
   else return a < b ? a : b;
 }
+// fmax/fmin ignore a NaN operand; on equal operands (0 and -0) they give a, as eager's float32
+// kernel does (std::fmax leaves that choice open: its vector and scalar forms differed)
 template <typename C> inline C fmax_(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return std::fmax(a, b);
+  if constexpr (std::is_floating_point_v<C>) return a != a ? b : (b > a ? b : a);
   else return a > b ? a : b;
 }
 template <typename C> inline C fmin_(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return std::fmin(a, b);
+  if constexpr (std::is_floating_point_v<C>) return a != a ? b : (b < a ? b : a);
   else return a < b ? a : b;
 }
 template <typename C> inline C logaddexp_(C a, C b) {
