@@ -1,16 +1,20 @@
 // Every unary row of kernels/elementwise_ops.h, enumerated from the registry (so a new row is
-// tested without touching this file, unless it needs attributes: kRowAttrs), gives bit for bit
+// tested without touching this file, unless it needs attributes: row_attrs), gives bit for bit
 // the same result as
 //   - its single-op kernel,
 //   - its instruction in a fused_elementwise node (float32, bfloat16, float16),
 //   - its GEMM epilogue (linear + op) and convolution epilogue (conv + op), rows marked kEpi,
 // on values that include NaN, both infinities, signed zeros, tiny and huge numbers. The GEMMs
 // compute their outputs exactly (zero weights: the result is the bias), so whatever differs
-// is the op's implementation.
+// is the op's implementation. Every binary and compare row (and each form its attributes select)
+// gives bit for bit its single-op kernel's result in a fused_elementwise node, on every pair of
+// those values (float32, bfloat16, float16, bool where the op takes it), with a one-element
+// operand on either side, and for the kOpmath rows a bfloat16/float16 tensor with a float32 scalar.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -43,6 +47,11 @@ const std::map<std::string, std::vector<Attrs>>& row_attrs() {
                attrs({{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}, {"input_scale", 1.0}})}},
       {"threshold", {attrs({{"threshold", 0.5}, {"value", -2.0}})}},
       {"polygamma", {attrs({{"n", int64_t{1}}})}},
+      // binary: the plain row and each form
+      {"add", {Attrs{}, attrs({{"alpha", 2.5}}), attrs({{"alpha", -1.0}})}},
+      {"sub", {Attrs{}, attrs({{"alpha", 0.3}})}},
+      {"div",
+       {Attrs{}, attrs({{"rounding_mode", std::string("trunc")}}), attrs({{"rounding_mode", std::string("floor")}})}},
   };
   return m;
 }
@@ -77,22 +86,29 @@ std::vector<float> run(Graph& g, const std::vector<const void*>& in, const Pipel
   return r.outs.at(0).floats();
 }
 
-std::vector<const OpDef*> unary_rows() {
+// The rows (ops with an instruction code) of one arity.
+std::vector<const OpDef*> rows_of(int arity) {
   std::vector<const OpDef*> r;
   for (const OpDef* d : all_ops())
-    if (d->fused_code != 0 && d->min_inputs == 1 && d->max_inputs == 1) r.push_back(d);
+    if (d->fused_code != 0 && d->min_inputs == arity && d->max_inputs == arity) r.push_back(d);
   return r;
 }
+std::vector<const OpDef*> unary_rows() { return rows_of(1); }
 
-void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+// `inputs(i)` says what element i was computed from.
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                 const std::function<std::string(size_t)>& inputs) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  const std::vector<float> v = values();
   for (size_t i = 0; i < got.size(); ++i)
     if (!same_bits(got[i], want[i])) {
-      ADD_FAILURE() << what << ": element " << i << " (value " << v[i % v.size()] << ") is " << got[i]
+      ADD_FAILURE() << what << ": element " << i << " (" << inputs(i) << ") is " << got[i]
                     << ", the single-op kernel gives " << want[i];
       return;
     }
+}
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  const std::vector<float> v = values();
+  expect_same(got, want, what, [&v](size_t i) { return "value " + std::to_string(v[i % v.size()]); });
 }
 
 TEST(OpRows, EveryUnaryRowIsRegisteredFromTheTable) {
@@ -190,6 +206,79 @@ TEST(OpRows, GemmAndConvEpiloguesAreBitIdenticalToTheSingleOpKernel) {
     }
   }
   EXPECT_GE(checked, 14);
+}
+
+TEST(OpRows, EveryBinaryRowIsRegisteredFromTheTable) {
+  auto rows = rows_of(2);
+  EXPECT_GE(rows.size(), 39u);  // the table's binary and compare rows
+  int epi = 0;
+  for (const OpDef* d : rows) {
+    EXPECT_TRUE(d->fuse != nullptr) << d->name;
+    EXPECT_TRUE(d->has(kElementwise)) << d->name;
+    epi += d->epilogue;
+  }
+  EXPECT_EQ(epi, 4) << "add, sub, mul, div";
+}
+
+// One node of a binary row over x and y (types tx, ty), against the same node's instruction alone
+// in a fused_elementwise node. False when the op does not take these dtypes.
+bool check_binary(const OpDef* d, const Attrs& a, const TensorType& tx, const std::vector<float>& xv,
+                  const TensorType& ty, const std::vector<float>& yv, const std::string& what) {
+  const test::Tensor x = test::from_floats(tx, xv), y = test::from_floats(ty, yv);
+  Graph g1;
+  Node* node;
+  try {
+    node = g1.add_node(d->name, {g1.add_input(tx, "x"), g1.add_input(ty, "y")}, a, "op");
+  } catch (const Error&) {
+    return false;
+  }
+  g1.set_outputs({node->out()});
+  const std::vector<float> want = run(g1, {x.data(), y.data()});
+  FusedInstr fi;
+  EXPECT_TRUE(d->fuse(*node, &fi)) << what << ": a row that takes these dtypes fuses";
+  Graph g2;
+  Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
+                    {"args", std::vector<int64_t>{0, 1, -1}},
+                    {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
+                    {"outputs", std::vector<int64_t>{2}}});
+  Node* f = g2.add_node("fused_elementwise", {g2.add_input(tx, "x"), g2.add_input(ty, "y")}, fa, "fused");
+  g2.set_outputs({f->out()});
+  const size_t nx = xv.size(), ny = yv.size();
+  expect_same(run(g2, {x.data(), y.data()}), want, what + " fused", [&](size_t i) {
+    return "x " + std::to_string(xv[nx == 1 ? 0 : i]) + ", y " + std::to_string(yv[ny == 1 ? 0 : i]);
+  });
+  return true;
+}
+
+TEST(OpRows, BinaryFusedInstructionIsBitIdenticalToTheSingleOpKernel) {
+  const std::vector<float> v = values();
+  const int64_t m = static_cast<int64_t>(v.size()), n = m * m;
+  std::vector<float> xs(n), ys(n);  // every pair of values
+  for (int64_t i = 0; i < n; ++i) xs[i] = v[i / m], ys[i] = v[i % m];
+  const std::vector<float> scalars = {v[0], v[5], v[11], v[24]};  // NaN, -0, -2.5, 3e38
+  int checked = 0;
+  for (const OpDef* d : rows_of(2)) {
+    for (const Attrs& a : settings(d->name)) {
+      int dtypes = 0;
+      for (DType t : {DType::f32, DType::bf16, DType::f16, DType::b8}) {
+        const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
+        const TensorType tt(t, {n}), ts(t, {});
+        if (!check_binary(d, a, tt, xs, tt, ys, what)) continue;
+        ++dtypes;
+        for (float s : scalars) {  // a one-element operand on either side
+          check_binary(d, a, tt, xs, ts, {s}, what + " with scalar y " + std::to_string(s));
+          check_binary(d, a, ts, {s}, tt, ys, what + " with scalar x " + std::to_string(s));
+          if (t == DType::bf16 || t == DType::f16)  // a float32 scalar with a 16-bit tensor (kOpmath rows)
+            check_binary(d, a, tt, xs, TensorType(DType::f32, {}), {s}, what + " with float32 scalar y");
+        }
+      }
+      if (dtypes == 0)  // an integer-only row (nothing to fuse)
+        EXPECT_EQ(test::build_error(d->name, {TensorType(DType::i32, {2}), TensorType(DType::i32, {2})}, a), "")
+            << d->name << " {" << a.str() << "} takes none of f32, bf16, f16, bool, nor int32";
+      checked += dtypes;
+    }
+  }
+  EXPECT_GE(checked, 70);
 }
 
 // The reported case: a convolution followed by ReLU on an input holding one NaN keeps the NaN
