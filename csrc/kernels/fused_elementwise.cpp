@@ -576,7 +576,10 @@ class FusedKernel final : public Kernel {
     }
     if constexpr ((K & ew::kF) != 0) {
       const R<float> f(op.p);
-      bin2(op, sp, sv, d, n, [f](float x, float y) { return static_cast<float>(f(x, y)); });
+      bin2(op, sp, sv, d, n, [f](float x, float y) {
+        if constexpr (std::is_same_v<decltype(f(x, y)), bool>) return f(x, y) ? 1.0f : 0.0f;  // (vectorizes as a select)
+        else return f(x, y);
+      });
     }
   }
 
