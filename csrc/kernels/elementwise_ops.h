@@ -80,7 +80,8 @@ constexpr int kMath = kMathRow;
   X(i0e, kF, kMath, math::i0e_(x))                                \
   X(i1, kF, kMath, math::i1_(x))                                  \
   X(i1e, kF, kMath, math::i1e_(x))                                \
-  X(log_sigmoid, kF, kMath, math::log_sigmoid_(x))
+  X(log_sigmoid, kF, kMath, math::log_sigmoid_(x))                \
+  X(bitwise_not, kIB, 0, math::bitwise_not_(x))
 
 // Unary, bool result.  X(name, kinds, expr of x)
 #define AG_EW_PREDICATE_OPS(X)            \

@@ -38,6 +38,10 @@ template <typename C> inline bool isneginf_(C x) {
   if constexpr (std::is_floating_point_v<C>) return x == -inf<C>();
   else return false;
 }
+template <typename C> inline C bitwise_not_(C x) {  // (integers and bool)
+  if constexpr (std::is_same_v<C, bool>) return !x;
+  else return C(~x);
+}
 template <typename C> inline bool signbit_(C x) {
   // (copysign rather than std::signbit: GCC 12 ICEs vectorizing signbit into a bool store)
   if constexpr (std::is_floating_point_v<C>) return std::copysign(C(1), x) < C(0);

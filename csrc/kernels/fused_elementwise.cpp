@@ -63,30 +63,36 @@ int row_flags(int64_t c) {
     default: return 0;
   }
 }
-int binary_kinds(int64_t c) {  // (binary, form and compare rows)
+int row_kinds(int64_t c) {
   switch (c) {
 #define AG_X_KINDS(name, kinds, ...) case kX_##name: return (kinds);
-#define AG_X_FORM_KINDS(name, op, kinds, ...) case kX_##name: return (kinds);
+#define AG_X_KINDS_3(name, second, kinds, ...) case kX_##name: return (kinds);  // (the functor and form lists)
+    AG_EW_UNARY_OPS(AG_X_KINDS)
+    AG_EW_PREDICATE_OPS(AG_X_KINDS)
+    AG_EW_UNARY_PARAM_OPS(AG_X_KINDS)
+    AG_EW_UNARY_FUNCTOR_OPS(AG_X_KINDS_3)
     AG_EW_BINARY_OPS(AG_X_KINDS)
-    AG_EW_BINARY_FORMS(AG_X_FORM_KINDS)
+    AG_EW_BINARY_FORMS(AG_X_KINDS_3)
     AG_EW_COMPARE_OPS(AG_X_KINDS)
 #undef AG_X_KINDS
-#undef AG_X_FORM_KINDS
+#undef AG_X_KINDS_3
     default: return 0;
   }
+}
+// Whether row c takes operands of dtype t inside a fused group (floats: the row takes floats;
+// bool: it takes bool, or it is a predicate).
+bool row_takes(int64_t c, DType t) {
+  if (t != DType::b8) return (row_kinds(c) & ew::kF) != 0;
+  return (row_kinds(c) & ew::kB) != 0 || in_range(c, kXPredBegin, kXPredEnd);
 }
 
 // dtype of an instruction's result; throws on operands the op cannot take.
 DType result_dtype(int64_t code, const DType* t, const double* p) {
-  auto need_float = [&](int n) {
-    for (int i = 0; i < n; ++i)
-      AG_CHECK(t[i] != DType::b8, "fused_elementwise: instruction ", code, " needs floating operands");
-  };
-  if (x_unary(code)) {
-    need_float(1);
-    return t[0];
+  if (x_unary(code) || x_pred(code)) {
+    AG_CHECK(row_takes(code, t[0]), "fused_elementwise: instruction ", code, " does not take ", dtype_name(t[0]),
+             " operands");
+    return x_pred(code) ? DType::b8 : t[0];
   }
-  if (x_pred(code)) return DType::b8;
   if (x_binary(code) || x_compare(code)) {
     DType r = t[0];
     if (t[0] != t[1]) {  // a kOpmath row takes a float32 scalar with a bfloat16/float16 tensor
@@ -95,8 +101,8 @@ DType result_dtype(int64_t code, const DType* t, const double* p) {
       else if (opmath && ew::is_half(t[1]) && t[0] == DType::f32) r = t[1];
       else fail("fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]), " differ");
     }
-    AG_CHECK((binary_kinds(code) & (r == DType::b8 ? ew::kB : ew::kF)) != 0, "fused_elementwise: instruction ", code,
-             " does not take ", dtype_name(r), " operands");
+    AG_CHECK(row_takes(code, r), "fused_elementwise: instruction ", code, " does not take ", dtype_name(r),
+             " operands");
     return x_compare(code) ? DType::b8 : r;
   }
   if (code == kConvert) {
@@ -294,15 +300,28 @@ inline void bin(float* d, const float* a, const float* b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
 }
 
+// a unary row R over floats (R<float>), or, for a row that takes no floats (bitwise_not), over
+// bool values as bool (R<bool>) with the result as 0/1
+template <template <typename> class R, int K>
+inline void un_row(float* d, const float* a, int64_t n, const double* p) {
+  if constexpr ((K & ew::kF) != 0) {
+    un(d, a, n, R<float>(p));
+  } else {
+    const R<bool> f(p);
+    un(d, a, n, [f](float x) { return f(x != 0.0f) ? 1.0f : 0.0f; });
+  }
+}
+
 bool is_math(int64_t c) { return (row_flags(c) & ew::kMath) != 0; }
 
 // The interpreter case of every unary row, expanded in the interpreter's switch and in
 // run_unary (names d, a, n and the numbers p in scope): un() over the row's functor made from the
 // instruction's numbers.
-#define AG_FE_UN(name, ...)               \
-  case kX_##name:                         \
-    un(d, a, n, ew::R_##name<float>(p));  \
+#define AG_FE_UN(name, kinds, ...)                \
+  case kX_##name:                                 \
+    un_row<ew::R_##name, (kinds)>(d, a, n, p);    \
     break;
+#define AG_FE_UN_F(name, F, kinds, ...) AG_FE_UN(name, kinds)
 #define AG_FE_PRED(name, ...)                                     \
   case kX_##name: {                                               \
     const ew::R_##name<float> f(p);                               \
@@ -313,7 +332,7 @@ bool is_math(int64_t c) { return (row_flags(c) & ew::kMath) != 0; }
   AG_EW_UNARY_OPS(AG_FE_UN)       \
   AG_EW_PREDICATE_OPS(AG_FE_PRED) \
   AG_EW_UNARY_PARAM_OPS(AG_FE_UN) \
-  AG_EW_UNARY_FUNCTOR_OPS(AG_FE_UN)
+  AG_EW_UNARY_FUNCTOR_OPS(AG_FE_UN_F)
 
 class FusedKernel final : public Kernel {
  public:
@@ -654,22 +673,17 @@ void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t 
 
 bool encode(const Node& n, FusedInstr* o) {
   if (n.outputs.size() != 1 || !n.op->has(kElementwise)) return false;
-  bool all_bool = n.out()->type.dtype == DType::b8;
-  for (Value* v : n.inputs) {
+  for (Value* v : n.inputs)
     if (!value_dtype_ok(v->type.dtype)) return false;
-    all_bool = all_bool && v->type.dtype == DType::b8;
-  }
   if (!value_dtype_ok(n.out()->type.dtype)) return false;
   const std::string_view op = n.op->name;
   *o = FusedInstr{};
-  auto set = [&](int64_t code, bool ok = true) {
-    if (!ok) return false;
+  auto set = [&](int64_t code) {
     o->code = code;
     o->nargs = arity(code);
     return static_cast<int>(n.inputs.size()) == o->nargs;
   };
   if (op == "where") return set(kWhere);
-  if (op == "bitwise_not") return set(kX_logical_not, all_bool);  // on bool, logical_not's row
   if (op == "convert") {
     o->p[0] = static_cast<double>(static_cast<int>(n.attrs.dtype("dtype")));
     return set(kConvert);

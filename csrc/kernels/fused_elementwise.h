@@ -60,9 +60,8 @@ static_assert(kX_add == epi::kAdd && kX_sub == epi::kSub && kX_mul == epi::kMul 
 constexpr int kArgs = FusedInstr::kMaxArgs;  // operand slots per instruction
 constexpr int kParams = 3;                   // scalar parameters per instruction (FusedInstr::p)
 
-// Encodes a node of an op that is not a row (where, convert, and bitwise_not on bool as
-// logical_not's row) as one instruction of a fused program: those ops register it as their
-// OpDef::fuse.
+// Encodes a node of an op that is not a row (where, convert) as one instruction of a fused
+// program: those ops register it as their OpDef::fuse.
 // False when the op, its attributes or its dtypes are not supported inside a fused group
 // (only float32/bfloat16/float16 and bool values; integer math stays unfused).
 bool encode(const Node& n, FusedInstr* out);

@@ -123,40 +123,73 @@ TEST(OpRows, EveryUnaryRowIsRegisteredFromTheTable) {
   EXPECT_GE(epi, 7) << "relu, leaky_relu, gelu, silu, tanh, sigmoid, clamp";
 }
 
+// One node of row d over inputs of `types` holding `vals` (a one-element input holds one value),
+// against the same node's instruction alone in a fused_elementwise node. False (the error in
+// *err) when the op does not take these dtypes.
+bool check_row(const OpDef* d, const Attrs& a, const std::vector<TensorType>& types,
+               const std::vector<std::vector<float>>& vals, const std::string& what, std::string* err = nullptr) {
+  const size_t k = types.size();
+  std::vector<test::Tensor> data;
+  std::vector<const void*> ptrs;
+  for (size_t j = 0; j < k; ++j) data.push_back(test::from_floats(types[j], vals[j])), ptrs.push_back(data[j].data());
+  auto inputs = [&](Graph& g) {
+    std::vector<Value*> in;
+    for (size_t j = 0; j < k; ++j) in.push_back(g.add_input(types[j], "x" + std::to_string(j)));
+    return in;
+  };
+  // the single-op kernel
+  Graph g1;
+  Node* node;
+  try {
+    node = g1.add_node(d->name, inputs(g1), a, "op");
+  } catch (const Error& e) {
+    if (err) *err = e.what();
+    return false;
+  }
+  g1.set_outputs({node->out()});
+  const std::vector<float> want = run(g1, ptrs);
+  // its fused instruction, alone in a fused_elementwise node
+  FusedInstr fi;
+  EXPECT_TRUE(d->fuse(*node, &fi)) << what << ": a row that takes these dtypes fuses";
+  std::vector<int64_t> args = {-1, -1, -1};
+  for (size_t j = 0; j < k; ++j) args[j] = static_cast<int64_t>(j);
+  Graph g2;
+  Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
+                    {"args", args},
+                    {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
+                    {"outputs", std::vector<int64_t>{static_cast<int64_t>(k)}}});
+  Node* f = g2.add_node("fused_elementwise", inputs(g2), fa, "fused");
+  g2.set_outputs({f->out()});
+  expect_same(run(g2, ptrs), want, what + " fused", [&](size_t i) {
+    std::string s;
+    for (size_t j = 0; j < k; ++j)
+      s += (j ? ", x" : "x") + std::to_string(j) + " " + std::to_string(vals[j][vals[j].size() == 1 ? 0 : i]);
+    return s;
+  });
+  return true;
+}
+
+// A row that took none of the fused dtypes must be an integer row (nothing to fuse): it builds on
+// int32; else `err` (the float32 error) is reported.
+void expect_integer_row(const OpDef* d, const Attrs& a, const std::string& err) {
+  std::vector<TensorType> types(d->min_inputs, TensorType(DType::i32, {2}));
+  EXPECT_EQ(test::build_error(d->name, types, a), "")
+      << d->name << " {" << a.str() << "} takes no float or bool values: " << err
+      << " (give the row test attributes in row_attrs)";
+}
+
 TEST(OpRows, FusedInstructionIsBitIdenticalToTheSingleOpKernel) {
   const std::vector<float> v = values();
   const int64_t n = static_cast<int64_t>(v.size());
   for (const OpDef* d : unary_rows()) {
     for (const Attrs& a : settings(d->name)) {
-      for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+      int dtypes = 0;
+      std::string err;
+      for (DType t : {DType::f32, DType::bf16, DType::f16, DType::b8}) {
         const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
-        TensorType tt(t, {n});
-        const test::Tensor x = test::from_floats(tt, v);
-        const void* data = x.data();
-        // the single-op kernel
-        Graph g1;
-        Node* node;
-        try {
-          node = g1.add_node(d->name, {g1.add_input(tt, "x")}, a, "op");
-        } catch (const Error& e) {
-          if (t != DType::f32) continue;  // (a row that takes no 16-bit floats)
-          ADD_FAILURE() << what << ": " << e.what() << " (give the row test attributes in row_attrs)";
-          continue;
-        }
-        g1.set_outputs({node->out()});
-        std::vector<float> want = run(g1, {data});
-        // its fused instruction, alone in a fused_elementwise node
-        FusedInstr fi;
-        ASSERT_TRUE(d->fuse(*node, &fi)) << what;
-        Graph g2;
-        Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
-                          {"args", std::vector<int64_t>{0, -1, -1}},
-                          {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
-                          {"outputs", std::vector<int64_t>{1}}});
-        Node* f = g2.add_node("fused_elementwise", {g2.add_input(tt, "x")}, fa, "fused");
-        g2.set_outputs({f->out()});
-        expect_same(run(g2, {data}), want, what + " fused");
+        dtypes += check_row(d, a, {TensorType(t, {n})}, {v}, what, t == DType::f32 ? &err : nullptr);
       }
+      if (dtypes == 0) expect_integer_row(d, a, err);
     }
   }
 }
@@ -220,36 +253,6 @@ TEST(OpRows, EveryBinaryRowIsRegisteredFromTheTable) {
   EXPECT_EQ(epi, 4) << "add, sub, mul, div";
 }
 
-// One node of a binary row over x and y (types tx, ty), against the same node's instruction alone
-// in a fused_elementwise node. False when the op does not take these dtypes.
-bool check_binary(const OpDef* d, const Attrs& a, const TensorType& tx, const std::vector<float>& xv,
-                  const TensorType& ty, const std::vector<float>& yv, const std::string& what) {
-  const test::Tensor x = test::from_floats(tx, xv), y = test::from_floats(ty, yv);
-  Graph g1;
-  Node* node;
-  try {
-    node = g1.add_node(d->name, {g1.add_input(tx, "x"), g1.add_input(ty, "y")}, a, "op");
-  } catch (const Error&) {
-    return false;
-  }
-  g1.set_outputs({node->out()});
-  const std::vector<float> want = run(g1, {x.data(), y.data()});
-  FusedInstr fi;
-  EXPECT_TRUE(d->fuse(*node, &fi)) << what << ": a row that takes these dtypes fuses";
-  Graph g2;
-  Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
-                    {"args", std::vector<int64_t>{0, 1, -1}},
-                    {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
-                    {"outputs", std::vector<int64_t>{2}}});
-  Node* f = g2.add_node("fused_elementwise", {g2.add_input(tx, "x"), g2.add_input(ty, "y")}, fa, "fused");
-  g2.set_outputs({f->out()});
-  const size_t nx = xv.size(), ny = yv.size();
-  expect_same(run(g2, {x.data(), y.data()}), want, what + " fused", [&](size_t i) {
-    return "x " + std::to_string(xv[nx == 1 ? 0 : i]) + ", y " + std::to_string(yv[ny == 1 ? 0 : i]);
-  });
-  return true;
-}
-
 TEST(OpRows, BinaryFusedInstructionIsBitIdenticalToTheSingleOpKernel) {
   const std::vector<float> v = values();
   const int64_t m = static_cast<int64_t>(v.size()), n = m * m;
@@ -260,21 +263,20 @@ TEST(OpRows, BinaryFusedInstructionIsBitIdenticalToTheSingleOpKernel) {
   for (const OpDef* d : rows_of(2)) {
     for (const Attrs& a : settings(d->name)) {
       int dtypes = 0;
+      std::string err;
       for (DType t : {DType::f32, DType::bf16, DType::f16, DType::b8}) {
         const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
         const TensorType tt(t, {n}), ts(t, {});
-        if (!check_binary(d, a, tt, xs, tt, ys, what)) continue;
+        if (!check_row(d, a, {tt, tt}, {xs, ys}, what, t == DType::f32 ? &err : nullptr)) continue;
         ++dtypes;
         for (float s : scalars) {  // a one-element operand on either side
-          check_binary(d, a, tt, xs, ts, {s}, what + " with scalar y " + std::to_string(s));
-          check_binary(d, a, ts, {s}, tt, ys, what + " with scalar x " + std::to_string(s));
+          check_row(d, a, {tt, ts}, {xs, {s}}, what + " with scalar y " + std::to_string(s));
+          check_row(d, a, {ts, tt}, {{s}, ys}, what + " with scalar x " + std::to_string(s));
           if (t == DType::bf16 || t == DType::f16)  // a float32 scalar with a 16-bit tensor (kOpmath rows)
-            check_binary(d, a, tt, xs, TensorType(DType::f32, {}), {s}, what + " with float32 scalar y");
+            check_row(d, a, {tt, TensorType(DType::f32, {})}, {xs, {s}}, what + " with float32 scalar y");
         }
       }
-      if (dtypes == 0)  // an integer-only row (nothing to fuse)
-        EXPECT_EQ(test::build_error(d->name, {TensorType(DType::i32, {2}), TensorType(DType::i32, {2})}, a), "")
-            << d->name << " {" << a.str() << "} takes none of f32, bf16, f16, bool, nor int32";
+      if (dtypes == 0) expect_integer_row(d, a, err);
       checked += dtypes;
     }
   }
