@@ -73,6 +73,12 @@ struct Form {
   {#op, ew::R_##form<double>::when, (kinds), make_row<ew::R_##form, (kinds), false>, fuse_row<ew::R_##form, fe::kX_##form, (kinds)>},
 const Form kForms[] = {AG_EW_BINARY_FORMS(AG_FORM_ENTRY)};
 #undef AG_FORM_ENTRY
+// A form is chosen after inference has typed the inputs by its op's rule: they share it.
+#define AG_FORM_CHECK(form, op, ...)                                                             \
+  static_assert((ew::R_##form<float>::flags & kOpmath) == (ew::R_##op<float>::flags & kOpmath), \
+                #form ": a form takes a float32 scalar with a 16-bit tensor exactly when its op does");
+AG_EW_BINARY_FORMS(AG_FORM_CHECK)
+#undef AG_FORM_CHECK
 const Form* form_of(std::string_view op, const Attrs& a, DType dt) {
   for (const Form& f : kForms)
     if (f.op == op && f.when(a, dt)) return &f;

@@ -172,3 +172,14 @@ constexpr int kMath = kMathRow;
   X(logical_and, kAll, (a != C(0)) && (b != C(0)))    \
   X(logical_or, kAll, (a != C(0)) || (b != C(0)))     \
   X(logical_xor, kAll, (a != C(0)) != (b != C(0)))
+
+// How many rows the lists have (fused_elementwise.h checks its code ranges against them,
+// tests/cpp/test_op_rows.cpp the registry).
+#define AG_EW_COUNT(...) +1
+namespace ag::ew {
+constexpr int kUnaryRows = 0 AG_EW_UNARY_OPS(AG_EW_COUNT) AG_EW_PREDICATE_OPS(AG_EW_COUNT)
+    AG_EW_UNARY_PARAM_OPS(AG_EW_COUNT) AG_EW_UNARY_FUNCTOR_OPS(AG_EW_COUNT);
+constexpr int kBinaryRows = 0 AG_EW_BINARY_OPS(AG_EW_COUNT) AG_EW_COMPARE_OPS(AG_EW_COUNT);
+constexpr int kBinaryForms = 0 AG_EW_BINARY_FORMS(AG_EW_COUNT);
+}  // namespace ag::ew
+#undef AG_EW_COUNT

@@ -53,6 +53,10 @@ enum XCode : int64_t {
 static_assert(kXUnaryEnd < kXPredBegin && kXPredEnd < kXParamBegin && kXParamEnd < kXBinaryBegin &&
                   kXBinaryEnd < kXCompareBegin && kXCompareEnd < 6000,
               "elementwise_ops.h: a list has outgrown its code range");
+// ... and every row has one code.
+static_assert((kXUnaryEnd - kXUnaryBegin) + (kXPredEnd - kXPredBegin) + (kXParamEnd - kXParamBegin) - 3 == ew::kUnaryRows &&
+                  (kXBinaryEnd - kXBinaryBegin) + (kXCompareEnd - kXCompareBegin) - 2 == ew::kBinaryRows + ew::kBinaryForms,
+              "fused_elementwise.h: a list of elementwise_ops.h has no code range");
 // The epilogue format names the binary post-ops by these codes (ir/epilogue.h).
 static_assert(kX_add == epi::kAdd && kX_sub == epi::kSub && kX_mul == epi::kMul && kX_div == epi::kDiv,
               "ir/epilogue.h's binary codes must be the interpreter's");
