@@ -66,7 +66,7 @@ C row_attr(const Attrs& a, const char* spec) {
     }                                                                                              \
     C operator()(C x) const { return expr; }                                                       \
   };
-#define AG_ROW_BINARY(name, kinds, fl, expr)                        \
+#define AG_ROW_BIN(name, fl, Ret, expr)                             \
   template <typename C>                                             \
   struct R_##name {                                                 \
     static constexpr int flags = (fl);                              \
@@ -74,18 +74,10 @@ C row_attr(const Attrs& a, const char* spec) {
     explicit R_##name(const Attrs&) {}                              \
     explicit R_##name(const double*) {}                             \
     static bool encode(const Attrs&, double*) { return true; }      \
-    C operator()(C a, C b) const { return expr; }                   \
+    Ret operator()(C a, C b) const { return expr; }                 \
   };
-#define AG_ROW_COMPARE(name, kinds, expr)                           \
-  template <typename C>                                             \
-  struct R_##name {                                                 \
-    static constexpr int flags = 0;                                 \
-    static constexpr const char* op = #name;                        \
-    explicit R_##name(const Attrs&) {}                              \
-    explicit R_##name(const double*) {}                             \
-    static bool encode(const Attrs&, double*) { return true; }      \
-    bool operator()(C a, C b) const { return expr; }                \
-  };
+#define AG_ROW_BINARY(name, kinds, fl, expr) AG_ROW_BIN(name, fl, C, expr)
+#define AG_ROW_COMPARE(name, kinds, expr) AG_ROW_BIN(name, 0, bool, expr)
 #define AG_ROW_FORM(name, op, kinds, fl, cond, a0, expr)                                           \
   template <typename C>                                                                            \
   struct R_##name {                                                                                \
@@ -127,6 +119,7 @@ AG_EW_COMPARE_OPS(AG_ROW_COMPARE)
 #undef AG_ROW_UNARY
 #undef AG_ROW_PRED
 #undef AG_ROW_PARAM
+#undef AG_ROW_BIN
 #undef AG_ROW_BINARY
 #undef AG_ROW_COMPARE
 #undef AG_ROW_FORM

@@ -112,16 +112,23 @@ void expect_same(const std::vector<float>& got, const std::vector<float>& want, 
   expect_same(got, want, what, [&v](size_t i) { return "value " + std::to_string(v[i % v.size()]); });
 }
 
-TEST(OpRows, EveryUnaryRowIsRegisteredFromTheTable) {
-  auto rows = unary_rows();
-  EXPECT_EQ(rows.size(), static_cast<size_t>(ew::kUnaryRows));  // the table's unary, predicate, param and functor rows
+// The registry's rows of one arity are the table's `count` and all fuse; how many are epilogues.
+int registered_rows(int arity, int count) {
+  auto rows = rows_of(arity);
+  EXPECT_EQ(rows.size(), static_cast<size_t>(count)) << "rows of arity " << arity;
   int epi = 0;
   for (const OpDef* d : rows) {
     EXPECT_TRUE(d->fuse != nullptr) << d->name;
     EXPECT_TRUE(d->has(kElementwise)) << d->name;
     epi += d->epilogue;
   }
-  EXPECT_GE(epi, 7) << "relu, leaky_relu, gelu, silu, tanh, sigmoid, clamp";
+  return epi;
+}
+
+TEST(OpRows, EveryRowIsRegisteredFromTheTable) {
+  // unary, predicate, param and functor rows; binary and compare rows
+  EXPECT_GE(registered_rows(1, ew::kUnaryRows), 7) << "relu, leaky_relu, gelu, silu, tanh, sigmoid, clamp";
+  EXPECT_EQ(registered_rows(2, ew::kBinaryRows), 4) << "add, sub, mul, div";
 }
 
 // One node of row d over inputs of `types` holding `vals` (a one-element input holds one value),
@@ -179,20 +186,33 @@ void expect_integer_row(const OpDef* d, const Attrs& a, const std::string& err) 
       << " (give the row test attributes in row_attrs)";
 }
 
-TEST(OpRows, FusedInstructionIsBitIdenticalToTheSingleOpKernel) {
-  const std::vector<float> v = values();
-  const int64_t n = static_cast<int64_t>(v.size());
-  for (const OpDef* d : unary_rows()) {
+// check(d, a, t, what, err) for every row of `arity`, each of its settings and each dtype that
+// fused values have (f32, bf16, f16, bool): false where the op does not take t (the float32 error
+// in *err). A row that takes none of them must be an integer row. Returns how many checks ran.
+using RowCheck = std::function<bool(const OpDef*, const Attrs&, DType, const std::string&, std::string*)>;
+int for_each_row_dtype(int arity, const RowCheck& check) {
+  int checked = 0;
+  for (const OpDef* d : rows_of(arity)) {
     for (const Attrs& a : settings(d->name)) {
       int dtypes = 0;
       std::string err;
       for (DType t : {DType::f32, DType::bf16, DType::f16, DType::b8}) {
         const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
-        dtypes += check_row(d, a, {TensorType(t, {n})}, {v}, what, t == DType::f32 ? &err : nullptr);
+        dtypes += check(d, a, t, what, t == DType::f32 ? &err : nullptr);
       }
       if (dtypes == 0) expect_integer_row(d, a, err);
+      checked += dtypes;
     }
   }
+  return checked;
+}
+
+TEST(OpRows, FusedInstructionIsBitIdenticalToTheSingleOpKernel) {
+  const std::vector<float> v = values();
+  const int64_t n = static_cast<int64_t>(v.size());
+  for_each_row_dtype(1, [&](const OpDef* d, const Attrs& a, DType t, const std::string& what, std::string* err) {
+    return check_row(d, a, {TensorType(t, {n})}, {v}, what, err);
+  });
 }
 
 // linear(x, 0, bias) or conv(x, 0, bias) computes bias exactly; the row runs as its epilogue.
@@ -242,45 +262,24 @@ TEST(OpRows, GemmAndConvEpiloguesAreBitIdenticalToTheSingleOpKernel) {
   EXPECT_GE(checked, 14);
 }
 
-TEST(OpRows, EveryBinaryRowIsRegisteredFromTheTable) {
-  auto rows = rows_of(2);
-  EXPECT_EQ(rows.size(), static_cast<size_t>(ew::kBinaryRows));  // the table's binary and compare rows
-  int epi = 0;
-  for (const OpDef* d : rows) {
-    EXPECT_TRUE(d->fuse != nullptr) << d->name;
-    EXPECT_TRUE(d->has(kElementwise)) << d->name;
-    epi += d->epilogue;
-  }
-  EXPECT_EQ(epi, 4) << "add, sub, mul, div";
-}
-
 TEST(OpRows, BinaryFusedInstructionIsBitIdenticalToTheSingleOpKernel) {
   const std::vector<float> v = values();
   const int64_t m = static_cast<int64_t>(v.size()), n = m * m;
   std::vector<float> xs(n), ys(n);  // every pair of values
   for (int64_t i = 0; i < n; ++i) xs[i] = v[i / m], ys[i] = v[i % m];
   const std::vector<float> scalars = {v[0], v[5], v[11], v[24]};  // NaN, -0, -2.5, 3e38
-  int checked = 0;
-  for (const OpDef* d : rows_of(2)) {
-    for (const Attrs& a : settings(d->name)) {
-      int dtypes = 0;
-      std::string err;
-      for (DType t : {DType::f32, DType::bf16, DType::f16, DType::b8}) {
-        const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
-        const TensorType tt(t, {n}), ts(t, {});
-        if (!check_row(d, a, {tt, tt}, {xs, ys}, what, t == DType::f32 ? &err : nullptr)) continue;
-        ++dtypes;
-        for (float s : scalars) {  // a one-element operand on either side
-          check_row(d, a, {tt, ts}, {xs, {s}}, what + " with scalar y " + std::to_string(s));
-          check_row(d, a, {ts, tt}, {{s}, ys}, what + " with scalar x " + std::to_string(s));
-          if (t == DType::bf16 || t == DType::f16)  // a float32 scalar with a 16-bit tensor (kOpmath rows)
-            check_row(d, a, {tt, TensorType(DType::f32, {})}, {xs, {s}}, what + " with float32 scalar y");
-        }
-      }
-      if (dtypes == 0) expect_integer_row(d, a, err);
-      checked += dtypes;
+  const int checked = for_each_row_dtype(2, [&](const OpDef* d, const Attrs& a, DType t, const std::string& what,
+                                                std::string* err) {
+    const TensorType tt(t, {n}), ts(t, {});
+    if (!check_row(d, a, {tt, tt}, {xs, ys}, what, err)) return false;
+    for (float s : scalars) {  // a one-element operand on either side
+      check_row(d, a, {tt, ts}, {xs, {s}}, what + " with scalar y " + std::to_string(s));
+      check_row(d, a, {ts, tt}, {{s}, ys}, what + " with scalar x " + std::to_string(s));
+      if (t == DType::bf16 || t == DType::f16)  // a float32 scalar with a 16-bit tensor (kOpmath rows)
+        check_row(d, a, {tt, TensorType(DType::f32, {})}, {xs, {s}}, what + " with float32 scalar y");
     }
-  }
+    return true;
+  });
   EXPECT_GE(checked, 70);
 }
 
