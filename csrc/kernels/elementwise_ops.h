@@ -6,9 +6,9 @@
 //    absorb into linear/matmul/conv; run by the same interpreter case, kernels/epilogue.cpp),
 // and the front adds one lowering row (python/airgraph/lowering). The expression is written
 // once, in the compute type C (float for f32/bf16/f16, double for f64, the integer type for
-// ints, bool for bool), and it is the one implementation that the single-op kernel, the fused interpreter and
-// the epilogue all evaluate: the three give bit-identical results, NaN and infinities
-// included, by construction (tests/cpp/test_op_rows.cpp checks every row).
+// ints, bool for bool), and it is the one implementation that the single-op kernel, the fused
+// interpreter and the epilogue all evaluate: the three give bit-identical results, NaN and
+// infinities included, by construction (tests/cpp/test_op_rows.cpp checks every row).
 //
 // Kinds: ew::kF floating, kFI floating or integer, kI integer, kIB integer or bool, kAll any
 // dtype, | kNoHalf: not bfloat16/float16 (ops whose half-precision result is not
@@ -24,7 +24,9 @@
 // the identity, like torch.
 //
 // Adding an activation: one row here (AG_EW_UNARY_OPS, or AG_EW_UNARY_PARAM_OPS when it takes
-// numeric attributes) and one row in the front's lowering table. Nothing else.
+// numeric attributes) and one row in the front's lowering table. Nothing else. A binary op: a row
+// of AG_EW_BINARY_OPS (AG_EW_COMPARE_OPS for a bool result), and one of AG_EW_BINARY_FORMS for
+// each attribute setting that changes its formula.
 #pragma once
 
 namespace ag::ew {
@@ -116,7 +118,8 @@ constexpr int kMath = kMathRow;
 // Binary, result of the (common) input dtype.  X(name, kinds, flags, expr of a, b)
 // More flags: ew::kOpmath (also takes a 0-d float32 scalar with a bfloat16/float16 tensor, computed
 // in float32 like PyTorch's Python scalars), ew::kIntDiv (integer divisors are checked for zero:
-// PyTorch raises). kEpi on a binary row: a GEMM/conv binary post-op, out = out op operand.
+// PyTorch raises). kEpi on a binary row: a GEMM/conv binary post-op, out = out op operand
+// (run by kernels/epilogue.cpp through the row, or as oneDNN's binary post-op: one IEEE operation).
 // maximum/minimum propagate NaN; floor_divide and remainder take the sign of the divisor (Python's
 // rule, c10's div_floor_floating); integer pow wraps (negative exponents: 0 unless the base is +-1).
 #define AG_EW_BINARY_OPS(X)                                              \
