@@ -7,7 +7,8 @@
 
 namespace ag::epi {
 
-const OpDef* unary_op(int64_t c) {
+// The op registered with `epilogue` whose instruction code is c (unary or binary), or nullptr.
+static const OpDef* epilogue_op(int64_t c) {
   static const std::unordered_map<int64_t, const OpDef*> by_code = [] {
     std::unordered_map<int64_t, const OpDef*> m;
     for (const OpDef* d : all_ops())
@@ -18,17 +19,14 @@ const OpDef* unary_op(int64_t c) {
   return it == by_code.end() ? nullptr : it->second;
 }
 
+const OpDef* unary_op(int64_t c) {
+  const OpDef* d = epilogue_op(c);
+  return d && d->max_inputs == 1 ? d : nullptr;
+}
+
 std::string code_name(int64_t c) {
-  switch (c) {
-    case kAdd: return "add";
-    case kSub: return "sub";
-    case kMul: return "mul";
-    case kDiv: return "div";
-    default: {
-      const OpDef* d = unary_op(c);
-      return d ? d->name : "?";
-    }
-  }
+  const OpDef* d = epilogue_op(c);
+  return d ? d->name : "?";
 }
 
 bool classify(const Shape& operand, const Shape& out, bool conv, Mode* mode) {

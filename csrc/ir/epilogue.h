@@ -28,10 +28,11 @@ namespace ag::epi {
 
 constexpr int kArgs = 3;  // post_args per op
 // The binary post-ops: out = out (op) operand. The values are the fused interpreter's codes of
-// add, sub, mul and div (kernels/fused_elementwise.h checks that they agree).
-constexpr int64_t kAdd = 60, kSub = 62, kMul = 64, kDiv = 65;
+// add, sub, mul and div, the first rows of AG_EW_BINARY_OPS (kernels/fused_elementwise.h checks
+// that they agree).
+constexpr int64_t kAdd = 4001, kSub = 4002, kMul = 4003, kDiv = 4004;
 inline bool is_binary(int64_t c) { return c == kAdd || c == kSub || c == kMul || c == kDiv; }
-// The op registered with `epilogue` whose instruction code is `c`, or nullptr.
+// The unary op registered with `epilogue` whose instruction code is `c`, or nullptr.
 const OpDef* unary_op(int64_t c);
 std::string code_name(int64_t c);  // the op's name ("add", ...)
 

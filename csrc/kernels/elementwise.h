@@ -220,49 +220,6 @@ inline DType binary_dtype(const TensorType& a, const TensorType& b, bool opmath_
   fail("input dtypes differ (", a.str(), " and ", b.str(), "); the front must cast them to one dtype");
 }
 
-template <int K, bool BoolOut, bool Opmath>
-std::vector<TensorType> infer_binary(const std::vector<TensorType>& in, const Attrs&) {
-  DType dt = binary_dtype(in[0], in[1], Opmath);
-  AG_CHECK(allowed_rt(K, dt), "expects ", kinds_str(K), ", got ", in[0].str(), " and ", in[1].str());
-  return {TensorType(BoolOut ? DType::b8 : dt, broadcast_shapes(in[0].shape(), in[1].shape()))};
-}
-
-// Builds the kernel of a binary op whose functor is Op<C>(attrs) (C the compute
-// type; Op<C>::kMath picks the grain, Op<C>::kCheckZero checks integer divisors).
-template <template <typename> class Op, int K, bool BoolOut, bool Opmath>
-std::unique_ptr<Kernel> make_binary(const Node& n, const BuildCtx& ctx) {
-  DType da = n.inputs[0]->type.dtype, db = n.inputs[1]->type.dtype;
-  std::string name = std::string(n.op->name) + "_" + dtype_name(da);
-  if constexpr (Opmath) {
-    if (da != db) {
-      if (da == DType::bf16 && db == DType::f32)
-        return binary_kernel<bf16s, float, bf16s, float>(n, name, Op<float>(n.attrs), kGrainCheap);
-      if (da == DType::f16 && db == DType::f32)
-        return binary_kernel<f16s, float, f16s, float>(n, name, Op<float>(n.attrs), kGrainCheap);
-      if (da == DType::f32 && db == DType::bf16)
-        return binary_kernel<float, bf16s, bf16s, float>(n, name, Op<float>(n.attrs), kGrainCheap);
-      if (da == DType::f32 && db == DType::f16)
-        return binary_kernel<float, f16s, f16s, float>(n, name, Op<float>(n.attrs), kGrainCheap);
-    }
-  }
-  AG_CHECK(da == db, n.op->name, ": input dtypes differ");
-  std::unique_ptr<Kernel> k;
-  AG_DISPATCH_ALL(da, n.op->name, [&] {
-    if constexpr (allowed<K, scalar_t>()) {
-      using C = acc_t<scalar_t>;
-      using TO = std::conditional_t<BoolOut, bool, scalar_t>;
-      using F = Op<C>;
-      BinaryCheck check = nullptr;
-      if constexpr (F::kCheckZero && !std::is_floating_point_v<C>) check = &check_nonzero<scalar_t>;
-      k = binary_kernel<scalar_t, scalar_t, TO, C>(n, name, F(n.attrs), F::kMath ? kGrainMath : kGrainCheap,
-                                                   check);
-    } else {
-      fail(n.op->name, ": dtype ", dtype_name(da), " is not supported");
-    }
-  });
-  return k;
-}
-
 // ---- inference helpers -----------------------------------------------------------
 inline Shape broadcast_all(const std::vector<TensorType>& in) {
   Shape s = in.at(0).shape();

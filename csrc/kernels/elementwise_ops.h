@@ -6,14 +6,15 @@
 //    absorb into linear/matmul/conv; run by the same interpreter case, kernels/epilogue.cpp),
 // and the front adds one lowering row (python/airgraph/lowering). The expression is written
 // once, in the compute type C (float for f32/bf16/f16, double for f64, the integer type for
-// ints), and it is the one implementation that the single-op kernel, the fused interpreter and
-// the epilogue all evaluate: the three give bit-identical results, NaN and infinities
-// included, by construction (tests/cpp/test_op_rows.cpp checks every row).
+// ints, bool for bool), and it is the one implementation that the single-op kernel, the fused
+// interpreter and the epilogue all evaluate: the three give bit-identical results, NaN and
+// infinities included, by construction (tests/cpp/test_op_rows.cpp checks every row).
 //
-// Kinds: ew::kF floating, kFI floating or integer, kI integer, kAll any dtype,
-// | kNoHalf: not bfloat16/float16 (ops whose half-precision result is not
+// Kinds: ew::kF floating, kFI floating or integer, kI integer, kIB integer or bool, kAll any
+// dtype, | kNoHalf: not bfloat16/float16 (ops whose half-precision result is not
 // "compute in float, round once", like nextafter). Ops are fused only on
-// float32/bfloat16/float16 values (predicates also on bool).
+// float32/bfloat16/float16 values (computed in float), predicates also on bool, and binary and
+// compare rows that take bool also on bool values (computed as bool, C = bool).
 // Flags: ew::kMath (a transcendental: larger parallel grain, weighs more in a fused group),
 // ew::kEpi (may run as an epilogue), or 0.
 //
@@ -23,11 +24,13 @@
 // the identity, like torch.
 //
 // Adding an activation: one row here (AG_EW_UNARY_OPS, or AG_EW_UNARY_PARAM_OPS when it takes
-// numeric attributes) and one row in the front's lowering table. Nothing else.
+// numeric attributes) and one row in the front's lowering table. Nothing else. A binary op: a row
+// of AG_EW_BINARY_OPS (AG_EW_COMPARE_OPS for a bool result), and one of AG_EW_BINARY_FORMS for
+// each attribute setting that changes its formula.
 #pragma once
 
 namespace ag::ew {
-enum RowFlags : int { kMathRow = 1, kEpi = 2 };  // (kMathRow: kMath in the lists below)
+enum RowFlags : int { kMathRow = 1, kEpi = 2, kOpmath = 4, kIntDiv = 8 };  // (kMathRow: kMath in the lists below)
 constexpr int kMath = kMathRow;
 }  // namespace ag::ew
 // Unary, result of the input's dtype.  X(name, kinds, flags, expr of x)
@@ -79,7 +82,8 @@ constexpr int kMath = kMathRow;
   X(i0e, kF, kMath, math::i0e_(x))                                \
   X(i1, kF, kMath, math::i1_(x))                                  \
   X(i1e, kF, kMath, math::i1e_(x))                                \
-  X(log_sigmoid, kF, kMath, math::log_sigmoid_(x))
+  X(log_sigmoid, kF, kMath, math::log_sigmoid_(x))                \
+  X(bitwise_not, kIB, 0, math::bitwise_not_(x))
 
 // Unary, bool result.  X(name, kinds, expr of x)
 #define AG_EW_PREDICATE_OPS(X)            \
@@ -111,23 +115,74 @@ constexpr int kMath = kMathRow;
   X(clamp, Clamp, kFI, kEpi)             \
   X(pow_scalar, PowScalar, kFI, kMath)
 
-// Binary, result of the (common) input dtype.  X(name, kinds, flags, check_zero, expr of a, b)
-// check_zero: integer divisors are checked for zero (PyTorch raises).
-#define AG_EW_BINARY_OPS(X)                                                  \
-  X(hypot, kF, kMath, false, std::hypot(a, b))                                \
-  X(copysign, kF, 0, false, std::copysign(a, b))                         \
-  X(fmod, kFI, 0, true, math::fmod_(a, b))                               \
-  X(fmax, kFI, 0, false, math::fmax_(a, b))                              \
-  X(fmin, kFI, 0, false, math::fmin_(a, b))                              \
-  X(logaddexp, kF, kMath, false, math::logaddexp_(a, b))                      \
-  X(logaddexp2, kF, kMath, false, math::logaddexp2_(a, b))                    \
-  X(heaviside, kAll, 0, false, math::heaviside_(a, b))                   \
-  X(nextafter, kF | kNoHalf, 0, false, std::nextafter(a, b))             \
-  X(xlogy, kF, kMath, false, math::xlogy_(a, b))                              \
-  X(xlog1py, kF, kMath, false, math::xlog1py_(a, b))                          \
-  X(zeta, kF, kMath, false, math::zeta_(a, b))                                \
-  X(prelu, kF, 0, false, C(a > C(0) ? a : C(b * a)))                     \
-  X(bitwise_left_shift, kI, 0, false, math::shl_(a, b))                  \
-  X(bitwise_right_shift, kI, 0, false, math::shr_(a, b))                 \
-  X(gcd, kI, 0, false, math::gcd_(a, b))                                 \
-  X(lcm, kI, 0, false, math::lcm_(a, b))
+// Binary, result of the (common) input dtype.  X(name, kinds, flags, expr of a, b)
+// More flags: ew::kOpmath (also takes a 0-d float32 scalar with a bfloat16/float16 tensor, computed
+// in float32 like PyTorch's Python scalars), ew::kIntDiv (integer divisors are checked for zero:
+// PyTorch raises). kEpi on a binary row: a GEMM/conv binary post-op, out = out op operand
+// (run by kernels/epilogue.cpp through the row, or as oneDNN's binary post-op: one IEEE operation).
+// maximum/minimum propagate NaN; floor_divide and remainder take the sign of the divisor (Python's
+// rule, c10's div_floor_floating); integer pow wraps (negative exponents: 0 unless the base is +-1).
+#define AG_EW_BINARY_OPS(X)                                              \
+  X(add, kAll, kEpi | kOpmath, C(a + b))                                 \
+  X(sub, kFI, kEpi | kOpmath, C(a - b))                                  \
+  X(mul, kAll, kEpi | kOpmath, C(a * b))                                 \
+  X(div, kF, kEpi | kOpmath, C(a / b))                                   \
+  X(floor_divide, kFI, kIntDiv, math::div_floor_(a, b))                  \
+  X(remainder, kFI, kIntDiv, math::remainder_(a, b))                     \
+  X(pow, kFI, kMath, math::pow_(a, b))                                   \
+  X(maximum, kAll, 0, math::maximum_(a, b))                              \
+  X(minimum, kAll, 0, math::minimum_(a, b))                              \
+  X(atan2, kF, kMath, std::atan2(a, b))                                  \
+  X(bitwise_and, kIB, 0, C(a & b))                                       \
+  X(bitwise_or, kIB, 0, C(a | b))                                        \
+  X(bitwise_xor, kIB, 0, C(a ^ b))                                       \
+  X(hypot, kF, kMath, std::hypot(a, b))                                  \
+  X(copysign, kF, 0, std::copysign(a, b))                                \
+  X(fmod, kFI, kIntDiv, math::fmod_(a, b))                               \
+  X(fmax, kFI, 0, math::fmax_(a, b))                                     \
+  X(fmin, kFI, 0, math::fmin_(a, b))                                     \
+  X(logaddexp, kF, kMath, math::logaddexp_(a, b))                        \
+  X(logaddexp2, kF, kMath, math::logaddexp2_(a, b))                      \
+  X(heaviside, kAll, 0, math::heaviside_(a, b))                          \
+  X(nextafter, kF | kNoHalf, 0, std::nextafter(a, b))                    \
+  X(xlogy, kF, kMath, math::xlogy_(a, b))                                \
+  X(xlog1py, kF, kMath, math::xlog1py_(a, b))                            \
+  X(zeta, kF, kMath, math::zeta_(a, b))                                  \
+  X(prelu, kF, 0, C(a > C(0) ? a : C(b * a)))                            \
+  X(bitwise_left_shift, kI, 0, math::shl_(a, b))                         \
+  X(bitwise_right_shift, kI, 0, math::shr_(a, b))                        \
+  X(gcd, kI, 0, math::gcd_(a, b))                                        \
+  X(lcm, kI, 0, math::lcm_(a, b))
+
+// Forms of the binary ops above that a node's attributes select, each with its own kernel and
+// instruction; the op's own row runs when no form's condition (of the attributes `at` and the
+// result dtype `dt`) holds. p0 is the attribute `attr` ("" none), as in the param rows.
+//   X(form, op, kinds, flags, condition, attr, expr of a, b)
+#define AG_EW_BINARY_FORMS(X)                                                                      \
+  X(add_alpha, add, kAll, kOpmath, alpha_form(at, dt), "alpha", C(a + p0 * b))                     \
+  X(sub_alpha, sub, kFI, kOpmath, alpha_form(at, dt), "alpha", C(a - p0 * b))                      \
+  X(div_trunc, div, kFI, kOpmath | kIntDiv, rounding_mode(at) == "trunc", "", math::div_trunc_(a, b)) \
+  X(div_floor, div, kFI, kOpmath | kIntDiv, rounding_mode(at) == "floor", "", math::div_floor_(a, b))
+
+// Binary, bool result (comparisons; logic on nonzero tests).  X(name, kinds, expr of a, b)
+#define AG_EW_COMPARE_OPS(X)                          \
+  X(eq, kAll, a == b)                                 \
+  X(ne, kAll, a != b)                                 \
+  X(lt, kAll, a < b)                                  \
+  X(le, kAll, a <= b)                                 \
+  X(gt, kAll, a > b)                                  \
+  X(ge, kAll, a >= b)                                 \
+  X(logical_and, kAll, (a != C(0)) && (b != C(0)))    \
+  X(logical_or, kAll, (a != C(0)) || (b != C(0)))     \
+  X(logical_xor, kAll, (a != C(0)) != (b != C(0)))
+
+// How many rows the lists have (fused_elementwise.h checks its code ranges against them,
+// tests/cpp/test_op_rows.cpp the registry).
+#define AG_EW_COUNT(...) +1
+namespace ag::ew {
+constexpr int kUnaryRows = 0 AG_EW_UNARY_OPS(AG_EW_COUNT) AG_EW_PREDICATE_OPS(AG_EW_COUNT)
+    AG_EW_UNARY_PARAM_OPS(AG_EW_COUNT) AG_EW_UNARY_FUNCTOR_OPS(AG_EW_COUNT);
+constexpr int kBinaryRows = 0 AG_EW_BINARY_OPS(AG_EW_COUNT) AG_EW_COMPARE_OPS(AG_EW_COUNT);
+constexpr int kBinaryForms = 0 AG_EW_BINARY_FORMS(AG_EW_COUNT);
+}  // namespace ag::ew
+#undef AG_EW_COUNT

@@ -7,6 +7,12 @@
 //   static constexpr int flags  (ew::kMath, ew::kEpi).
 // Predicates return bool. The generated functors come from the rows' expressions; the three
 // below (gelu, clamp, pow_scalar) are written by hand because their attributes need code.
+// Binary, form and compare rows have the same members with C operator()(C a, C b) (compare rows
+// return bool); binary and compare rows also have
+//   static constexpr const char* op  the op's name,
+// and a form has
+//   static bool when(const Attrs& at, DType dt)  whether a node of its op with these attributes
+//                        and result dtype runs it (alpha_form and rounding_mode below).
 #pragma once
 #include <cmath>
 #include <string>
@@ -60,12 +66,63 @@ C row_attr(const Attrs& a, const char* spec) {
     }                                                                                              \
     C operator()(C x) const { return expr; }                                                       \
   };
+#define AG_ROW_BIN(name, fl, Ret, expr)                             \
+  template <typename C>                                             \
+  struct R_##name {                                                 \
+    static constexpr int flags = (fl);                              \
+    static constexpr const char* op = #name;                        \
+    explicit R_##name(const Attrs&) {}                              \
+    explicit R_##name(const double*) {}                             \
+    static bool encode(const Attrs&, double*) { return true; }      \
+    Ret operator()(C a, C b) const { return expr; }                 \
+  };
+#define AG_ROW_BINARY(name, kinds, fl, expr) AG_ROW_BIN(name, fl, C, expr)
+#define AG_ROW_COMPARE(name, kinds, expr) AG_ROW_BIN(name, 0, bool, expr)
+#define AG_ROW_FORM(name, op, kinds, fl, cond, a0, expr)                                           \
+  template <typename C>                                                                            \
+  struct R_##name {                                                                                \
+    static constexpr int flags = (fl);                                                             \
+    C p0;                                                                                          \
+    explicit R_##name(const Attrs& at) : p0(row_attr<C>(at, a0)) {}                                \
+    explicit R_##name(const double* p) : p0(C(p[0])) {}                                            \
+    static bool encode(const Attrs& at, double* p) {                                               \
+      p[0] = row_attr<double>(at, a0);                                                             \
+      return true;                                                                                 \
+    }                                                                                              \
+    static bool when(const Attrs& at, [[maybe_unused]] DType dt) { return cond; }                  \
+    C operator()(C a, C b) const { return expr; }                                                  \
+  };
+
+// The forms' conditions. add/sub{alpha}: a given alpha other than 1 (an integer for integer
+// dtypes, 1 for bool). div{rounding_mode: "" | "trunc" | "floor"}.
+inline bool alpha_form(const Attrs& at, DType dt) {
+  if (!at.has("alpha")) return false;
+  const Number al = number_attr(at, "alpha");
+  if (!is_floating(dt))
+    AG_CHECK(al.is_int || al.f == std::floor(al.f), "alpha=", al.f, " must be an integer for ", dtype_name(dt));
+  if (dt == DType::b8) AG_CHECK(al.f == 1, "alpha must be 1 for bool inputs");
+  return al.f != 1;
+}
+inline std::string rounding_mode(const Attrs& at) {
+  std::string m = at.s("rounding_mode", "");
+  AG_CHECK(m.empty() || m == "trunc" || m == "floor",
+           "div: rounding_mode must be \"\", \"trunc\" or \"floor\", got \"", m, "\"");
+  return m;
+}
+
 AG_EW_UNARY_OPS(AG_ROW_UNARY)
 AG_EW_PREDICATE_OPS(AG_ROW_PRED)
 AG_EW_UNARY_PARAM_OPS(AG_ROW_PARAM)
+AG_EW_BINARY_OPS(AG_ROW_BINARY)
+AG_EW_BINARY_FORMS(AG_ROW_FORM)
+AG_EW_COMPARE_OPS(AG_ROW_COMPARE)
 #undef AG_ROW_UNARY
 #undef AG_ROW_PRED
 #undef AG_ROW_PARAM
+#undef AG_ROW_BIN
+#undef AG_ROW_BINARY
+#undef AG_ROW_COMPARE
+#undef AG_ROW_FORM
 
 // gelu{approximate: "none" | "tanh"}: p[0] = 1 for tanh.
 template <typename C>

@@ -18,6 +18,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/elementwise_math.h"
+
 namespace ag::math {
 
 template <typename C> constexpr C inf() { return std::numeric_limits<C>::infinity(); }
@@ -36,6 +38,10 @@ template <typename C> inline bool isneginf_(C x) {
   if constexpr (std::is_floating_point_v<C>) return x == -inf<C>();
   else return false;
 }
+template <typename C> inline C bitwise_not_(C x) {  // (integers and bool)
+  if constexpr (std::is_same_v<C, bool>) return !x;
+  else return C(~x);
+}
 template <typename C> inline bool signbit_(C x) {
   // (copysign rather than std::signbit: GCC 12 ICEs vectorizing signbit into a bool store)
   if constexpr (std::is_floating_point_v<C>) return std::copysign(C(1), x) < C(0);
@@ -49,12 +55,91 @@ template <typename C> inline C fmod_(C a, C b) {
   else if constexpr (std::is_signed_v<C>) return b == C(-1) ? C(0) : C(a % b);  // (min % -1 overflows)
   else return C(a % b);
 }
+// -a without signed overflow
+template <typename C> inline C wrap_neg(C a) {
+  using U = std::make_unsigned_t<C>;
+  return static_cast<C>(U(0) - static_cast<U>(a));
+}
+template <typename C> inline C div_trunc_(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::trunc(a / b);
+  } else {
+    if constexpr (std::is_signed_v<C>)
+      if (b == C(-1)) return wrap_neg(a);
+    return C(a / b);
+  }
+}
+// floor(a / b): c10::div_floor_floating for floats
+template <typename C> inline C div_floor_(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (b == C(0)) return a / b;
+    C mod = std::fmod(a, b);
+    C div = (a - mod) / b;
+    if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) div -= C(1);
+    C fd;
+    if (div != C(0)) {
+      fd = std::floor(div);
+      if (div - fd > C(0.5)) fd += C(1);
+    } else {
+      fd = std::copysign(C(0), a / b);
+    }
+    return fd;
+  } else if constexpr (std::is_signed_v<C>) {
+    if (b == C(-1)) return wrap_neg(a);
+    C q = C(a / b), r = C(a % b);
+    if (r != C(0) && ((r < C(0)) != (b < C(0)))) q = C(q - 1);
+    return q;
+  } else {
+    return C(a / b);
+  }
+}
+// the remainder with the sign of the divisor (Python's %)
+template <typename C> inline C remainder_(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    C mod = std::fmod(a, b);
+    if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) mod += b;
+    return mod;
+  } else if constexpr (std::is_signed_v<C>) {
+    if (b == C(-1)) return C(0);
+    C r = C(a % b);
+    if (r != C(0) && ((r < C(0)) != (b < C(0)))) r = C(r + b);
+    return r;
+  } else {
+    return C(a % b);
+  }
+}
+// integers: exact, wrapping; a negative exponent gives 0 unless the base is 1 or -1
+template <typename C> inline C pow_(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::pow(a, b);
+  } else {
+    if constexpr (std::is_signed_v<C>) {
+      if (b < C(0)) {
+        if (a == C(1)) return C(1);
+        if (a == C(-1)) return C((b % 2 == 0) ? 1 : -1);
+        return C(0);
+      }
+    }
+    return math::ipow<C>(a, static_cast<int64_t>(b));
+  }
+}
+// NaN-propagating max/min (the first NaN operand)
+template <typename C> inline C maximum_(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) return a != a ? a : (b != b ? b : (a > b ? a : b));
+  else return a > b ? a : b;
+}
+template <typename C> inline C minimum_(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) return a != a ? a : (b != b ? b : (a < b ? a : b));
+  else return a < b ? a : b;
+}
+// fmax/fmin ignore a NaN operand; on equal operands (0 and -0) they give a, as eager's float32
+// kernel does (std::fmax leaves that choice open: its vector and scalar forms differed)
 template <typename C> inline C fmax_(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return std::fmax(a, b);
+  if constexpr (std::is_floating_point_v<C>) return a != a ? b : (b > a ? b : a);
   else return a > b ? a : b;
 }
 template <typename C> inline C fmin_(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return std::fmin(a, b);
+  if constexpr (std::is_floating_point_v<C>) return a != a ? b : (b < a ? b : a);
   else return a < b ? a : b;
 }
 template <typename C> inline C logaddexp_(C a, C b) {

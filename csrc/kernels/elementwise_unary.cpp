@@ -11,15 +11,6 @@ namespace ag {
 namespace {
 using namespace ew;
 
-template <typename C>
-struct BitwiseNot {  // integers and bool only: not a row (fused on bool as logical_not's row)
-  explicit BitwiseNot(const Attrs&) {}
-  C operator()(C x) const {
-    if constexpr (is_bool_v<C>) return !x;
-    else return C(~x);
-  }
-};
-
 // ---- inference and kernels ---------------------------------------------------------
 template <int K, bool BoolOut>
 std::vector<TensorType> infer_unary(const std::vector<TensorType>& in, const Attrs&) {
@@ -80,13 +71,14 @@ std::unique_ptr<Kernel> make_unary(const Node& n, const BuildCtx&) {
 }
 
 // A row's OpDef::fuse: one instruction when the node's values may be fused (float32/bfloat16/
-// float16; a predicate also on bool) and its attributes encode (elementwise_rows.h).
+// float16 when the row takes floats, bool when it takes bool; a predicate on any of them) and
+// its attributes encode (elementwise_rows.h).
 template <template <typename> class R, int64_t Code, int K, bool Pred>
 bool fuse_row(const Node& n, FusedInstr* o) {
   if (n.inputs.size() != 1 || n.outputs.size() != 1) return false;
   const DType it = n.inputs[0]->type.dtype, ot = n.out()->type.dtype;
   if (!fe::value_dtype_ok(it) || !fe::value_dtype_ok(ot)) return false;
-  if (!Pred && ((K & kF) == 0 || it == DType::b8 || ot == DType::b8)) return false;
+  if (!Pred && (K & (it == DType::b8 ? kB : kF)) == 0) return false;
   *o = FusedInstr{};
   o->code = Code;
   o->nargs = 1;
@@ -115,9 +107,5 @@ AG_EW_UNARY_FUNCTOR_OPS(AG_REG_FUNCTOR)
 #undef AG_REG_PARAM
 #undef AG_REG_FUNCTOR
 #undef AG_UNARY_ROW
-
-AG_REGISTER_OP(bitwise_not, {.name = "bitwise_not", .min_inputs = 1, .max_inputs = 1, .infer = infer_unary<kIB, false>,
-                             .make_kernel = make_unary<BitwiseNot, kIB, false, false>, .props = kElementwise,
-                             .fuse = fe::encode});
 
 }  // namespace ag

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/common.h"
+#include "kernels/elementwise_rows.h"
 #include "kernels/fused_elementwise.h"
 #include "kernels/onednn_util.h"
 
@@ -86,10 +87,10 @@ void Epilogue::apply(float* s, int64_t r, int64_t j0, int64_t n, void* const* in
       case Mode::Channel: p += static_cast<size_t>(r % C) * es; break;
     }
     switch (op.code) {
-      case kAdd: binary_any(s, n, op.dt, p, scalar, [](float x, float y) { return x + y; }); break;
-      case kSub: binary_any(s, n, op.dt, p, scalar, [](float x, float y) { return x - y; }); break;
-      case kMul: binary_any(s, n, op.dt, p, scalar, [](float x, float y) { return x * y; }); break;
-      case kDiv: binary_any(s, n, op.dt, p, scalar, [](float x, float y) { return x / y; }); break;
+      case kAdd: binary_any(s, n, op.dt, p, scalar, ew::R_add<float>(op.p)); break;
+      case kSub: binary_any(s, n, op.dt, p, scalar, ew::R_sub<float>(op.p)); break;
+      case kMul: binary_any(s, n, op.dt, p, scalar, ew::R_mul<float>(op.p)); break;
+      case kDiv: binary_any(s, n, op.dt, p, scalar, ew::R_div<float>(op.p)); break;
     }
   }
 }

@@ -30,62 +30,86 @@ namespace fe {
 namespace {
 
 constexpr int64_t kTile = 512;
-using ew::kF, ew::kI, ew::kB, ew::kNoHalf, ew::kFI, ew::kAll;  // the kinds in elementwise_ops.h
+using ew::kF, ew::kI, ew::kB, ew::kNoHalf, ew::kFI, ew::kAll, ew::kIB;  // the kinds in elementwise_ops.h
 
 bool in_range(int64_t code, int64_t begin, int64_t end) { return code > begin && code < end; }
 bool x_unary(int64_t c) { return in_range(c, kXUnaryBegin, kXUnaryEnd) || in_range(c, kXParamBegin, kXParamEnd); }
 bool x_pred(int64_t c) { return in_range(c, kXPredBegin, kXPredEnd); }
 bool x_binary(int64_t c) { return in_range(c, kXBinaryBegin, kXBinaryEnd); }
+bool x_compare(int64_t c) { return in_range(c, kXCompareBegin, kXCompareEnd); }
 
 int arity(int64_t code) {
   if (x_unary(code) || x_pred(code)) return 1;
-  if (x_binary(code)) return 2;
+  if (x_binary(code) || x_compare(code)) return 2;
   if (code == kConvert) return 1;
-  if (code >= kAdd && code <= kAtan2) return 2;
-  if (code == kMaximum || code == kMinimum) return 2;
-  if (code >= kEq && code <= kLogicalXor) return 2;
   if (code == kWhere) return 3;
   return -1;
 }
 
-bool opmath_code(int64_t c) { return c >= kAdd && c <= kDivTrunc; }
+// A row's flags (ew::kMath, kOpmath, ...) and kinds; 0 for other codes.
+#define AG_X_ROWS(X)         \
+  AG_EW_UNARY_OPS(X)         \
+  AG_EW_PREDICATE_OPS(X)     \
+  AG_EW_UNARY_PARAM_OPS(X)   \
+  AG_EW_UNARY_FUNCTOR_OPS(X) \
+  AG_EW_BINARY_OPS(X)        \
+  AG_EW_BINARY_FORMS(X)      \
+  AG_EW_COMPARE_OPS(X)
+int row_flags(int64_t c) {
+  switch (c) {
+#define AG_X_FLAGS(name, ...) case kX_##name: return ew::R_##name<float>::flags;
+    AG_X_ROWS(AG_X_FLAGS)
+#undef AG_X_FLAGS
+    default: return 0;
+  }
+}
+int row_kinds(int64_t c) {
+  switch (c) {
+#define AG_X_KINDS(name, kinds, ...) case kX_##name: return (kinds);
+#define AG_X_KINDS_3(name, second, kinds, ...) case kX_##name: return (kinds);  // (the functor and form lists)
+    AG_EW_UNARY_OPS(AG_X_KINDS)
+    AG_EW_PREDICATE_OPS(AG_X_KINDS)
+    AG_EW_UNARY_PARAM_OPS(AG_X_KINDS)
+    AG_EW_UNARY_FUNCTOR_OPS(AG_X_KINDS_3)
+    AG_EW_BINARY_OPS(AG_X_KINDS)
+    AG_EW_BINARY_FORMS(AG_X_KINDS_3)
+    AG_EW_COMPARE_OPS(AG_X_KINDS)
+#undef AG_X_KINDS
+#undef AG_X_KINDS_3
+    default: return 0;
+  }
+}
+// Whether row c takes operands of dtype t inside a fused group (floats: the row takes floats;
+// bool: it takes bool, or it is a predicate).
+bool row_takes(int64_t c, DType t) {
+  if (t != DType::b8) return (row_kinds(c) & ew::kF) != 0;
+  return (row_kinds(c) & ew::kB) != 0 || in_range(c, kXPredBegin, kXPredEnd);
+}
 
 // dtype of an instruction's result; throws on operands the op cannot take.
 DType result_dtype(int64_t code, const DType* t, const double* p) {
-  auto need_float = [&](int n) {
-    for (int i = 0; i < n; ++i)
-      AG_CHECK(t[i] != DType::b8, "fused_elementwise: instruction ", code, " needs floating operands");
-  };
-  if (x_unary(code)) {
-    need_float(1);
-    return t[0];
+  if (x_unary(code) || x_pred(code)) {
+    AG_CHECK(row_takes(code, t[0]), "fused_elementwise: instruction ", code, " does not take ", dtype_name(t[0]),
+             " operands");
+    return x_pred(code) ? DType::b8 : t[0];
   }
-  if (x_pred(code)) return DType::b8;
-  if (x_binary(code)) {
-    need_float(2);
-    AG_CHECK(t[0] == t[1], "fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]),
-             " differ");
-    return t[0];
+  if (x_binary(code) || x_compare(code)) {
+    DType r = t[0];
+    if (t[0] != t[1]) {  // a kOpmath row takes a float32 scalar with a bfloat16/float16 tensor
+      const bool opmath = (row_flags(code) & ew::kOpmath) != 0;
+      if (opmath && ew::is_half(t[0]) && t[1] == DType::f32) r = t[0];
+      else if (opmath && ew::is_half(t[1]) && t[0] == DType::f32) r = t[1];
+      else fail("fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]), " differ");
+    }
+    AG_CHECK(row_takes(code, r), "fused_elementwise: instruction ", code, " does not take ", dtype_name(r),
+             " operands");
+    return x_compare(code) ? DType::b8 : r;
   }
   if (code == kConvert) {
     int64_t d = static_cast<int64_t>(p[0]);
     AG_CHECK(d >= 0 && d < kNumDTypes && value_dtype_ok(static_cast<DType>(d)),
              "fused_elementwise: bad convert dtype ", p[0]);
     return static_cast<DType>(d);
-  }
-  if (code >= kAdd && code <= kAtan2) {
-    need_float(2);
-    if (t[0] == t[1]) return t[0];
-    if (opmath_code(code)) {
-      if (ew::is_half(t[0]) && t[1] == DType::f32) return t[0];
-      if (ew::is_half(t[1]) && t[0] == DType::f32) return t[1];
-    }
-    fail("fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]), " differ");
-  }
-  if (code == kMaximum || code == kMinimum || (code >= kEq && code <= kLogicalXor)) {
-    AG_CHECK(t[0] == t[1], "fused_elementwise: operand dtypes ", dtype_name(t[0]), " and ", dtype_name(t[1]),
-             " differ");
-    return (code == kMaximum || code == kMinimum) ? t[0] : DType::b8;
   }
   if (code == kWhere) {
     AG_CHECK(t[0] == DType::b8, "fused_elementwise: where needs a bool condition, got ", dtype_name(t[0]));
@@ -276,30 +300,28 @@ inline void bin(float* d, const float* a, const float* b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
 }
 
-bool is_math(int64_t c) {
-  switch (c) {
-#define AG_X_MATH(name, ...) case kX_##name: return (ew::R_##name<float>::flags & ew::kMath) != 0;
-#define AG_X_MATH_BIN(name, kinds, fl, ...) case kX_##name: { using namespace ew; return ((fl) & kMath) != 0; }
-    AG_EW_UNARY_OPS(AG_X_MATH)
-    AG_EW_UNARY_PARAM_OPS(AG_X_MATH)
-    AG_EW_UNARY_FUNCTOR_OPS(AG_X_MATH)
-    AG_EW_BINARY_OPS(AG_X_MATH_BIN)
-#undef AG_X_MATH
-#undef AG_X_MATH_BIN
-    case kPow: case kAtan2:
-      return true;
-    default:
-      return false;
+// a unary row R over floats (R<float>), or, for a row that takes no floats (bitwise_not), over
+// bool values as bool (R<bool>) with the result as 0/1
+template <template <typename> class R, int K>
+inline void un_row(float* d, const float* a, int64_t n, const double* p) {
+  if constexpr ((K & ew::kF) != 0) {
+    un(d, a, n, R<float>(p));
+  } else {
+    const R<bool> f(p);
+    un(d, a, n, [f](float x) { return f(x != 0.0f) ? 1.0f : 0.0f; });
   }
 }
+
+bool is_math(int64_t c) { return (row_flags(c) & ew::kMath) != 0; }
 
 // The interpreter case of every unary row, expanded in the interpreter's switch and in
 // run_unary (names d, a, n and the numbers p in scope): un() over the row's functor made from the
 // instruction's numbers.
-#define AG_FE_UN(name, ...)               \
-  case kX_##name:                         \
-    un(d, a, n, ew::R_##name<float>(p));  \
+#define AG_FE_UN(name, kinds, ...)                \
+  case kX_##name:                                 \
+    un_row<ew::R_##name, (kinds)>(d, a, n, p);    \
     break;
+#define AG_FE_UN_F(name, F, kinds, ...) AG_FE_UN(name, kinds)
 #define AG_FE_PRED(name, ...)                                     \
   case kX_##name: {                                               \
     const ew::R_##name<float> f(p);                               \
@@ -310,7 +332,7 @@ bool is_math(int64_t c) {
   AG_EW_UNARY_OPS(AG_FE_UN)       \
   AG_EW_PREDICATE_OPS(AG_FE_PRED) \
   AG_EW_UNARY_PARAM_OPS(AG_FE_UN) \
-  AG_EW_UNARY_FUNCTOR_OPS(AG_FE_UN)
+  AG_EW_UNARY_FUNCTOR_OPS(AG_FE_UN_F)
 
 class FusedKernel final : public Kernel {
  public:
@@ -386,6 +408,7 @@ class FusedKernel final : public Kernel {
       if (op.code != kWhere && arity(op.code) == 2) {
         op.sa = op.a < nin_ && ins_[op.a].kind == kScalar;
         op.sb = op.b < nin_ && ins_[op.b].kind == kScalar;
+        op.on_bool = p.slot_dtype[op.a] == DType::b8;
       }
       const double* pp = &p.params[kParams * i];
       const DType rt = p.slot_dtype[nin_ + i];
@@ -453,6 +476,7 @@ class FusedKernel final : public Kernel {
     int a = -1, b = -1, c = -1, dst = -1;
     bool sa = false, sb = false;  // binary operand is a one-element input (read as a value, not a tile)
     int round = 0;  // 1 bf16, 2 f16
+    bool on_bool = false;  // a binary or compare row over bool operands: computed as bool
     int mode = 0;   // convert: the target dtype
     double p[kParams] = {0, 0, 0};
   };
@@ -558,73 +582,48 @@ class FusedKernel final : public Kernel {
     }
   }
 
-  template <int K, typename F>
-  static void bin_if(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n, F f) {
-    if constexpr ((K & ew::kF) != 0) bin2(op, sp, sv, d, n, f);
+  // a binary or compare row R: over floats (R<float>), or over bool operands as bool (R<bool>,
+  // the single-op kernel's compute type for bool), the result as 0/1
+  template <template <typename> class R, int K>
+  static void bin_row(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
+    if constexpr ((K & ew::kB) != 0) {
+      if (op.on_bool) {
+        const R<bool> f(op.p);
+        bin2(op, sp, sv, d, n, [f](float x, float y) { return f(x != 0.0f, y != 0.0f) ? 1.0f : 0.0f; });
+        return;
+      }
+    }
+    if constexpr ((K & ew::kF) != 0) {
+      const R<float> f(op.p);
+      bin2(op, sp, sv, d, n, [f](float x, float y) {
+        if constexpr (std::is_same_v<decltype(f(x, y)), bool>) return f(x, y) ? 1.0f : 0.0f;  // (vectorizes as a select)
+        else return f(x, y);
+      });
+    }
   }
 
   static void exec(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
     const float* a = sp[op.a];
     const float* b = op.b >= 0 ? sp[op.b] : nullptr;
     const float* c = op.c >= 0 ? sp[op.c] : nullptr;
-    (void)b;
-    using namespace math;
     switch (op.code) {
       case kConvert:
         if (static_cast<DType>(op.mode) == DType::b8) un(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
         else un(d, a, n, [](float x) { return x; });  // to a float dtype: the rounding below does it
         break;
-      case kAdd: bin2(op, sp, sv, d, n, [](float x, float y) { return x + y; }); break;
-      case kAddAlpha: {
-        const float al = static_cast<float>(op.p[0]);
-        bin2(op, sp, sv, d, n, [al](float x, float y) { return x + al * y; });
-        break;
-      }
-      case kSub: bin2(op, sp, sv, d, n, [](float x, float y) { return x - y; }); break;
-      case kSubAlpha: {
-        const float al = static_cast<float>(op.p[0]);
-        bin2(op, sp, sv, d, n, [al](float x, float y) { return x - al * y; });
-        break;
-      }
-      case kMul: bin2(op, sp, sv, d, n, [](float x, float y) { return x * y; }); break;
-      case kDiv: bin2(op, sp, sv, d, n, [](float x, float y) { return x / y; }); break;
-      case kDivTrunc: bin2(op, sp, sv, d, n, [](float x, float y) { return std::trunc(x / y); }); break;
-      case kPow: bin2(op, sp, sv, d, n, [](float x, float y) { return std::pow(x, y); }); break;
-      case kAtan2: bin2(op, sp, sv, d, n, [](float x, float y) { return std::atan2(x, y); }); break;
-      case kMaximum:
-        bin2(op, sp, sv, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x > y ? x : y)); });
-        break;
-      case kMinimum:
-        bin2(op, sp, sv, d, n, [](float x, float y) { return x != x ? x : (y != y ? y : (x < y ? x : y)); });
-        break;
-      case kEq: bin2(op, sp, sv, d, n, [](float x, float y) { return x == y ? 1.0f : 0.0f; }); break;
-      case kNe: bin2(op, sp, sv, d, n, [](float x, float y) { return x != y ? 1.0f : 0.0f; }); break;
-      case kLt: bin2(op, sp, sv, d, n, [](float x, float y) { return x < y ? 1.0f : 0.0f; }); break;
-      case kLe: bin2(op, sp, sv, d, n, [](float x, float y) { return x <= y ? 1.0f : 0.0f; }); break;
-      case kGt: bin2(op, sp, sv, d, n, [](float x, float y) { return x > y ? 1.0f : 0.0f; }); break;
-      case kGe: bin2(op, sp, sv, d, n, [](float x, float y) { return x >= y ? 1.0f : 0.0f; }); break;
-      case kLogicalAnd:
-        bin2(op, sp, sv, d, n, [](float x, float y) { return (x != 0.0f) & (y != 0.0f) ? 1.0f : 0.0f; });
-        break;
-      case kLogicalOr:
-        bin2(op, sp, sv, d, n, [](float x, float y) { return (x != 0.0f) | (y != 0.0f) ? 1.0f : 0.0f; });
-        break;
-      case kLogicalXor:
-        bin2(op, sp, sv, d, n, [](float x, float y) { return (x != 0.0f) != (y != 0.0f) ? 1.0f : 0.0f; });
-        break;
       case kWhere:
         for (int64_t i = 0; i < n; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
         break;
-// (binary rows: generic lambdas, run only for ops that take floats; integer-only ones never get a code)
-#define AG_X_BIN(name, kinds, fl, z, expr)                              \
-  case kX_##name:                                                      \
-    bin_if<(kinds)>(op, sp, sv, d, n, [](auto a, auto b) {             \
-      using C [[maybe_unused]] = decltype(a);                                         \
-      return expr;                                                     \
-    });                                                                \
+#define AG_FE_BIN(name, kinds, ...)                     \
+  case kX_##name:                                       \
+    bin_row<ew::R_##name, (kinds)>(op, sp, sv, d, n);   \
     break;
-      AG_EW_BINARY_OPS(AG_X_BIN)
-#undef AG_X_BIN
+#define AG_FE_FORM(name, op_, kinds, ...) AG_FE_BIN(name, kinds)
+      AG_EW_BINARY_OPS(AG_FE_BIN)
+      AG_EW_BINARY_FORMS(AG_FE_FORM)
+      AG_EW_COMPARE_OPS(AG_FE_BIN)
+#undef AG_FE_BIN
+#undef AG_FE_FORM
       default: {
         const double* p = op.p;
         switch (op.code) {
@@ -674,62 +673,20 @@ void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t 
 
 bool encode(const Node& n, FusedInstr* o) {
   if (n.outputs.size() != 1 || !n.op->has(kElementwise)) return false;
-  bool all_float = true;
-  for (Value* v : n.inputs) {
+  for (Value* v : n.inputs)
     if (!value_dtype_ok(v->type.dtype)) return false;
-    all_float = all_float && v->type.dtype != DType::b8;
-  }
-  const DType ot = n.out()->type.dtype;
-  if (!value_dtype_ok(ot)) return false;
-  all_float = all_float && ot != DType::b8;
-  bool all_bool = ot == DType::b8;
-  for (Value* v : n.inputs) all_bool = all_bool && v->type.dtype == DType::b8;
+  if (!value_dtype_ok(n.out()->type.dtype)) return false;
   const std::string_view op = n.op->name;
-  const Attrs& a = n.attrs;
   *o = FusedInstr{};
-  auto set = [&](int64_t code, bool ok = true) {
-    if (!ok) return false;
+  auto set = [&](int64_t code) {
     o->code = code;
     o->nargs = arity(code);
     return static_cast<int>(n.inputs.size()) == o->nargs;
   };
-  struct Simple {
-    const char* name;
-    int64_t code;
-  };
-  static const Simple float_ops[] = {{"mul", kMul}, {"pow", kPow}, {"atan2", kAtan2}};
-  for (auto& s : float_ops)
-    if (op == s.name) return set(s.code, all_float);
-#define AG_X_ENC(name, kinds, ...) \
-  if (op == #name) return set(kX_##name, all_float && ((kinds) & ew::kF) != 0);
-  AG_EW_BINARY_OPS(AG_X_ENC)
-#undef AG_X_ENC
-  static const Simple any_ops[] = {{"maximum", kMaximum},       {"minimum", kMinimum},     {"eq", kEq},
-                                   {"ne", kNe},                 {"lt", kLt},               {"le", kLe},
-                                   {"gt", kGt},                 {"ge", kGe},               {"logical_and", kLogicalAnd},
-                                   {"logical_or", kLogicalOr},  {"logical_xor", kLogicalXor}, {"where", kWhere}};
-  for (auto& s : any_ops)
-    if (op == s.name) return set(s.code);
-  // bool bitwise ops are logic on 0/1 (bitwise_not is logical_not's row)
-  static const Simple bool_ops[] = {{"bitwise_not", kX_logical_not}, {"bitwise_and", kLogicalAnd},
-                                    {"bitwise_or", kLogicalOr},      {"bitwise_xor", kLogicalXor}};
-  for (auto& s : bool_ops)
-    if (op == s.name) return set(s.code, all_bool);
+  if (op == "where") return set(kWhere);
   if (op == "convert") {
-    o->p[0] = static_cast<double>(static_cast<int>(a.dtype("dtype")));
+    o->p[0] = static_cast<double>(static_cast<int>(n.attrs.dtype("dtype")));
     return set(kConvert);
-  }
-  if (op == "add" || op == "sub") {
-    const bool alpha = a.has("alpha") && ew::number_attr(a, "alpha").f != 1;
-    if (alpha) o->p[0] = ew::number_attr(a, "alpha").f;
-    if (op == "add") return set(alpha ? kAddAlpha : kAdd, all_float);
-    return set(alpha ? kSubAlpha : kSub, all_float);
-  }
-  if (op == "div") {
-    std::string m = a.s("rounding_mode", "");
-    if (m.empty()) return set(kDiv, all_float);
-    if (m == "trunc") return set(kDivTrunc, all_float);
-    return false;
   }
   return false;
 }

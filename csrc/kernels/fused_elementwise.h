@@ -17,7 +17,8 @@
 // float16 rounds its result to that dtype right away, exactly where the
 // unfused graph would have stored it. A fused group is therefore bit-identical
 // to the unfused kernels (and unlike Inductor, which keeps a bf16 chain in
-// float32 until its final store). bool values are float 0/1 inside a tile.
+// float32 until its final store). bool values are float 0/1 inside a tile; a binary or compare
+// row over bool operands computes as bool, as its single-op kernel does.
 #pragma once
 #include <cstdint>
 
@@ -30,40 +31,41 @@ namespace ag::fe {
 
 // Instructions that are not rows of elementwise_ops.h (ops with dtype rules of their own).
 enum Code : int64_t {
-  // binary arithmetic, float
-  kAdd = 60, kAddAlpha, kSub, kSubAlpha, kMul, kDiv, kDivTrunc, kPow, kAtan2,
-  // binary, float or bool -> same dtype
-  kMaximum = 80, kMinimum,
-  // binary -> bool
-  kEq = 100, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr, kLogicalXor,
   // where(cond, a, b)
   kWhere = 120,
   // convert{dtype = params[0]}
   kConvert = 130,
 };
 
-// The rows of elementwise_ops.h, one code each, in ranges by kind:
-// unary (same dtype), predicate (-> bool), unary with numbers p0..p2 (param and functor rows), binary.
+// The rows of elementwise_ops.h, one code each, in ranges by kind: unary (same dtype), predicate
+// (-> bool), unary with numbers p0..p2 (param and functor rows), binary (same dtype; the forms
+// with p0), compare (-> bool).
 #define AG_X_CODE(name, ...) kX_##name,
 enum XCode : int64_t {
   kXUnaryBegin = 1000, AG_EW_UNARY_OPS(AG_X_CODE) kXUnaryEnd,
   kXPredBegin = 2000, AG_EW_PREDICATE_OPS(AG_X_CODE) kXPredEnd,
   kXParamBegin = 3000, AG_EW_UNARY_PARAM_OPS(AG_X_CODE) AG_EW_UNARY_FUNCTOR_OPS(AG_X_CODE) kXParamEnd,
-  kXBinaryBegin = 4000, AG_EW_BINARY_OPS(AG_X_CODE) kXBinaryEnd,
+  kXBinaryBegin = 4000, AG_EW_BINARY_OPS(AG_X_CODE) AG_EW_BINARY_FORMS(AG_X_CODE) kXBinaryEnd,
+  kXCompareBegin = 5000, AG_EW_COMPARE_OPS(AG_X_CODE) kXCompareEnd,
 };
 #undef AG_X_CODE
 // Each range holds its rows (a list that outgrew its range would run into the next one's codes).
-static_assert(kXUnaryEnd < kXPredBegin && kXPredEnd < kXParamBegin && kXParamEnd < kXBinaryBegin,
+static_assert(kXUnaryEnd < kXPredBegin && kXPredEnd < kXParamBegin && kXParamEnd < kXBinaryBegin &&
+                  kXBinaryEnd < kXCompareBegin && kXCompareEnd < 6000,
               "elementwise_ops.h: a list has outgrown its code range");
+// ... and every row has one code.
+static_assert((kXUnaryEnd - kXUnaryBegin) + (kXPredEnd - kXPredBegin) + (kXParamEnd - kXParamBegin) - 3 == ew::kUnaryRows &&
+                  (kXBinaryEnd - kXBinaryBegin) + (kXCompareEnd - kXCompareBegin) - 2 == ew::kBinaryRows + ew::kBinaryForms,
+              "fused_elementwise.h: a list of elementwise_ops.h has no code range");
 // The epilogue format names the binary post-ops by these codes (ir/epilogue.h).
-static_assert(kAdd == epi::kAdd && kSub == epi::kSub && kMul == epi::kMul && kDiv == epi::kDiv,
+static_assert(kX_add == epi::kAdd && kX_sub == epi::kSub && kX_mul == epi::kMul && kX_div == epi::kDiv,
               "ir/epilogue.h's binary codes must be the interpreter's");
 
 constexpr int kArgs = FusedInstr::kMaxArgs;  // operand slots per instruction
 constexpr int kParams = 3;                   // scalar parameters per instruction (FusedInstr::p)
 
-// Encodes a node of an op that is not a row (binary arithmetic, comparisons, logic, where,
-// convert) as one instruction of a fused program: those ops register it as their OpDef::fuse.
+// Encodes a node of an op that is not a row (where, convert) as one instruction of a fused
+// program: those ops register it as their OpDef::fuse.
 // False when the op, its attributes or its dtypes are not supported inside a fused group
 // (only float32/bfloat16/float16 and bool values; integer math stays unfused).
 bool encode(const Node& n, FusedInstr* out);

@@ -70,7 +70,7 @@ TEST(FuseElementwisePass, ChainBecomesOneNodeNamedAfterLast) {
   EXPECT_EQ(f.source, "model.py:1 in forward: gelu");
   EXPECT_EQ(f.attrs.s("fused"), "exp,mul,gelu");
   EXPECT_EQ(f.inputs.size(), 2u);
-  EXPECT_EQ(f.attrs.ints("ops"), (std::vector<int64_t>{fe::kX_exp, fe::kMul, fe::kX_gelu}));
+  EXPECT_EQ(f.attrs.ints("ops"), (std::vector<int64_t>{fe::kX_exp, fe::kX_mul, fe::kX_gelu}));
   EXPECT_TRUE(f.out()->type == TensorType(DType::f32, {4, 8}));
 }
 

@@ -1,16 +1,20 @@
 // Every unary row of kernels/elementwise_ops.h, enumerated from the registry (so a new row is
-// tested without touching this file, unless it needs attributes: kRowAttrs), gives bit for bit
+// tested without touching this file, unless it needs attributes: row_attrs), gives bit for bit
 // the same result as
 //   - its single-op kernel,
 //   - its instruction in a fused_elementwise node (float32, bfloat16, float16),
 //   - its GEMM epilogue (linear + op) and convolution epilogue (conv + op), rows marked kEpi,
 // on values that include NaN, both infinities, signed zeros, tiny and huge numbers. The GEMMs
 // compute their outputs exactly (zero weights: the result is the bias), so whatever differs
-// is the op's implementation.
+// is the op's implementation. Every binary and compare row (and each form its attributes select)
+// gives bit for bit its single-op kernel's result in a fused_elementwise node, on every pair of
+// those values (float32, bfloat16, float16, bool where the op takes it), with a one-element
+// operand on either side, and for the kOpmath rows a bfloat16/float16 tensor with a float32 scalar.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -18,6 +22,7 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
+#include "kernels/elementwise_ops.h"
 #include "passes/passes.h"
 #include "check_op.h"
 
@@ -43,6 +48,11 @@ const std::map<std::string, std::vector<Attrs>>& row_attrs() {
                attrs({{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}, {"input_scale", 1.0}})}},
       {"threshold", {attrs({{"threshold", 0.5}, {"value", -2.0}})}},
       {"polygamma", {attrs({{"n", int64_t{1}}})}},
+      // binary: the plain row and each form
+      {"add", {Attrs{}, attrs({{"alpha", 2.5}}), attrs({{"alpha", -1.0}})}},
+      {"sub", {Attrs{}, attrs({{"alpha", 0.3}})}},
+      {"div",
+       {Attrs{}, attrs({{"rounding_mode", std::string("trunc")}}), attrs({{"rounding_mode", std::string("floor")}})}},
   };
   return m;
 }
@@ -77,72 +87,132 @@ std::vector<float> run(Graph& g, const std::vector<const void*>& in, const Pipel
   return r.outs.at(0).floats();
 }
 
-std::vector<const OpDef*> unary_rows() {
+// The rows (ops with an instruction code) of one arity.
+std::vector<const OpDef*> rows_of(int arity) {
   std::vector<const OpDef*> r;
   for (const OpDef* d : all_ops())
-    if (d->fused_code != 0 && d->min_inputs == 1 && d->max_inputs == 1) r.push_back(d);
+    if (d->fused_code != 0 && d->min_inputs == arity && d->max_inputs == arity) r.push_back(d);
   return r;
 }
+std::vector<const OpDef*> unary_rows() { return rows_of(1); }
 
-void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+// `inputs(i)` says what element i was computed from.
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                 const std::function<std::string(size_t)>& inputs) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  const std::vector<float> v = values();
   for (size_t i = 0; i < got.size(); ++i)
     if (!same_bits(got[i], want[i])) {
-      ADD_FAILURE() << what << ": element " << i << " (value " << v[i % v.size()] << ") is " << got[i]
+      ADD_FAILURE() << what << ": element " << i << " (" << inputs(i) << ") is " << got[i]
                     << ", the single-op kernel gives " << want[i];
       return;
     }
 }
+void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  const std::vector<float> v = values();
+  expect_same(got, want, what, [&v](size_t i) { return "value " + std::to_string(v[i % v.size()]); });
+}
 
-TEST(OpRows, EveryUnaryRowIsRegisteredFromTheTable) {
-  auto rows = unary_rows();
-  EXPECT_GE(rows.size(), 60u);  // the table's unary, predicate, param and functor rows
+// The registry's rows of one arity are the table's `count` and all fuse; how many are epilogues.
+int registered_rows(int arity, int count) {
+  auto rows = rows_of(arity);
+  EXPECT_EQ(rows.size(), static_cast<size_t>(count)) << "rows of arity " << arity;
   int epi = 0;
   for (const OpDef* d : rows) {
     EXPECT_TRUE(d->fuse != nullptr) << d->name;
     EXPECT_TRUE(d->has(kElementwise)) << d->name;
     epi += d->epilogue;
   }
-  EXPECT_GE(epi, 7) << "relu, leaky_relu, gelu, silu, tanh, sigmoid, clamp";
+  return epi;
+}
+
+TEST(OpRows, EveryRowIsRegisteredFromTheTable) {
+  // unary, predicate, param and functor rows; binary and compare rows
+  EXPECT_GE(registered_rows(1, ew::kUnaryRows), 7) << "relu, leaky_relu, gelu, silu, tanh, sigmoid, clamp";
+  EXPECT_EQ(registered_rows(2, ew::kBinaryRows), 4) << "add, sub, mul, div";
+}
+
+// One node of row d over inputs of `types` holding `vals` (a one-element input holds one value),
+// against the same node's instruction alone in a fused_elementwise node. False (the error in
+// *err) when the op does not take these dtypes.
+bool check_row(const OpDef* d, const Attrs& a, const std::vector<TensorType>& types,
+               const std::vector<std::vector<float>>& vals, const std::string& what, std::string* err = nullptr) {
+  const size_t k = types.size();
+  std::vector<test::Tensor> data;
+  std::vector<const void*> ptrs;
+  for (size_t j = 0; j < k; ++j) data.push_back(test::from_floats(types[j], vals[j])), ptrs.push_back(data[j].data());
+  auto inputs = [&](Graph& g) {
+    std::vector<Value*> in;
+    for (size_t j = 0; j < k; ++j) in.push_back(g.add_input(types[j], "x" + std::to_string(j)));
+    return in;
+  };
+  // the single-op kernel
+  Graph g1;
+  Node* node;
+  try {
+    node = g1.add_node(d->name, inputs(g1), a, "op");
+  } catch (const Error& e) {
+    if (err) *err = e.what();
+    return false;
+  }
+  g1.set_outputs({node->out()});
+  const std::vector<float> want = run(g1, ptrs);
+  // its fused instruction, alone in a fused_elementwise node
+  FusedInstr fi;
+  EXPECT_TRUE(d->fuse(*node, &fi)) << what << ": a row that takes these dtypes fuses";
+  std::vector<int64_t> args = {-1, -1, -1};
+  for (size_t j = 0; j < k; ++j) args[j] = static_cast<int64_t>(j);
+  Graph g2;
+  Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
+                    {"args", args},
+                    {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
+                    {"outputs", std::vector<int64_t>{static_cast<int64_t>(k)}}});
+  Node* f = g2.add_node("fused_elementwise", inputs(g2), fa, "fused");
+  g2.set_outputs({f->out()});
+  expect_same(run(g2, ptrs), want, what + " fused", [&](size_t i) {
+    std::string s;
+    for (size_t j = 0; j < k; ++j)
+      s += (j ? ", x" : "x") + std::to_string(j) + " " + std::to_string(vals[j][vals[j].size() == 1 ? 0 : i]);
+    return s;
+  });
+  return true;
+}
+
+// A row that took none of the fused dtypes must be an integer row (nothing to fuse): it builds on
+// int32; else `err` (the float32 error) is reported.
+void expect_integer_row(const OpDef* d, const Attrs& a, const std::string& err) {
+  std::vector<TensorType> types(d->min_inputs, TensorType(DType::i32, {2}));
+  EXPECT_EQ(test::build_error(d->name, types, a), "")
+      << d->name << " {" << a.str() << "} takes no float or bool values: " << err
+      << " (give the row test attributes in row_attrs)";
+}
+
+// check(d, a, t, what, err) for every row of `arity`, each of its settings and each dtype that
+// fused values have (f32, bf16, f16, bool): false where the op does not take t (the float32 error
+// in *err). A row that takes none of them must be an integer row. Returns how many checks ran.
+using RowCheck = std::function<bool(const OpDef*, const Attrs&, DType, const std::string&, std::string*)>;
+int for_each_row_dtype(int arity, const RowCheck& check) {
+  int checked = 0;
+  for (const OpDef* d : rows_of(arity)) {
+    for (const Attrs& a : settings(d->name)) {
+      int dtypes = 0;
+      std::string err;
+      for (DType t : {DType::f32, DType::bf16, DType::f16, DType::b8}) {
+        const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
+        dtypes += check(d, a, t, what, t == DType::f32 ? &err : nullptr);
+      }
+      if (dtypes == 0) expect_integer_row(d, a, err);
+      checked += dtypes;
+    }
+  }
+  return checked;
 }
 
 TEST(OpRows, FusedInstructionIsBitIdenticalToTheSingleOpKernel) {
   const std::vector<float> v = values();
   const int64_t n = static_cast<int64_t>(v.size());
-  for (const OpDef* d : unary_rows()) {
-    for (const Attrs& a : settings(d->name)) {
-      for (DType t : {DType::f32, DType::bf16, DType::f16}) {
-        const std::string what = std::string(d->name) + " {" + a.str() + "} " + dtype_name(t);
-        TensorType tt(t, {n});
-        const test::Tensor x = test::from_floats(tt, v);
-        const void* data = x.data();
-        // the single-op kernel
-        Graph g1;
-        Node* node;
-        try {
-          node = g1.add_node(d->name, {g1.add_input(tt, "x")}, a, "op");
-        } catch (const Error& e) {
-          if (t != DType::f32) continue;  // (a row that takes no 16-bit floats)
-          ADD_FAILURE() << what << ": " << e.what() << " (give the row test attributes in row_attrs)";
-          continue;
-        }
-        g1.set_outputs({node->out()});
-        std::vector<float> want = run(g1, {data});
-        // its fused instruction, alone in a fused_elementwise node
-        FusedInstr fi;
-        ASSERT_TRUE(d->fuse(*node, &fi)) << what;
-        Graph g2;
-        Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
-                          {"args", std::vector<int64_t>{0, -1, -1}},
-                          {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
-                          {"outputs", std::vector<int64_t>{1}}});
-        Node* f = g2.add_node("fused_elementwise", {g2.add_input(tt, "x")}, fa, "fused");
-        g2.set_outputs({f->out()});
-        expect_same(run(g2, {data}), want, what + " fused");
-      }
-    }
-  }
+  for_each_row_dtype(1, [&](const OpDef* d, const Attrs& a, DType t, const std::string& what, std::string* err) {
+    return check_row(d, a, {TensorType(t, {n})}, {v}, what, err);
+  });
 }
 
 // linear(x, 0, bias) or conv(x, 0, bias) computes bias exactly; the row runs as its epilogue.
@@ -190,6 +260,27 @@ TEST(OpRows, GemmAndConvEpiloguesAreBitIdenticalToTheSingleOpKernel) {
     }
   }
   EXPECT_GE(checked, 14);
+}
+
+TEST(OpRows, BinaryFusedInstructionIsBitIdenticalToTheSingleOpKernel) {
+  const std::vector<float> v = values();
+  const int64_t m = static_cast<int64_t>(v.size()), n = m * m;
+  std::vector<float> xs(n), ys(n);  // every pair of values
+  for (int64_t i = 0; i < n; ++i) xs[i] = v[i / m], ys[i] = v[i % m];
+  const std::vector<float> scalars = {v[0], v[5], v[11], v[24]};  // NaN, -0, -2.5, 3e38
+  const int checked = for_each_row_dtype(2, [&](const OpDef* d, const Attrs& a, DType t, const std::string& what,
+                                                std::string* err) {
+    const TensorType tt(t, {n}), ts(t, {});
+    if (!check_row(d, a, {tt, tt}, {xs, ys}, what, err)) return false;
+    for (float s : scalars) {  // a one-element operand on either side
+      check_row(d, a, {tt, ts}, {xs, {s}}, what + " with scalar y " + std::to_string(s));
+      check_row(d, a, {ts, tt}, {{s}, ys}, what + " with scalar x " + std::to_string(s));
+      if (t == DType::bf16 || t == DType::f16)  // a float32 scalar with a 16-bit tensor (kOpmath rows)
+        check_row(d, a, {tt, TensorType(DType::f32, {})}, {xs, {s}}, what + " with float32 scalar y");
+    }
+    return true;
+  });
+  EXPECT_GE(checked, 70);
 }
 
 // The reported case: a convolution followed by ReLU on an input holding one NaN keeps the NaN
