@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -349,7 +350,10 @@ class _Checks:
         # (the checks' source is made when the entry is traced and saved with it: a load only compiles it)
         self.sources = (rec.get("call_src") or _checks_source(self.call_texts),
                         rec.get("bind_src") or _checks_source(rec["bind"]))
-        self._call, self._bind = (_exec_checks(src, scope) for src in self.sources)
+        # (and compiled: the entry keeps the code objects, marshalled; the Python version is checked at load)
+        self.codes = tuple(marshal.loads(c) for c in rec["codes"]) if rec.get("codes") else \
+            tuple(compile(src, "<airgraph.cache_compile guards>", "exec") for src in self.sources)
+        self._call, self._bind = (_exec_checks(c, scope) for c in self.codes)
         self.scope = scope
         self.state = pickle.loads(rec["state"]) if rec["state"] is not None else None
         self.tf_stack = rec["tf_stack"]
@@ -425,9 +429,9 @@ def _same_code(objs: list):
     return same
 
 
-def _exec_checks(src: str, scope: dict):
+def _exec_checks(code: types.CodeType, scope: dict):
     ns = dict(scope)
-    exec(compile(src, "<airgraph.cache_compile guards>", "exec"), ns)  # noqa: S102 (Dynamo's guard text)
+    exec(code, ns)  # noqa: S102 (defines _check from Dynamo's guard text, made by a trace of this function)
     return ns["_check"]
 
 
@@ -564,14 +568,16 @@ def _file_digest(path: str) -> str | None:
         return None
 
 
-def _versions() -> dict:
+def _versions(config: CompilerConfig) -> dict:
     try:
         import transformers
         tf = transformers.__version__
     except Exception:  # (not installed: nothing traced can come from it)
         tf = None
     return {"airgraph": __version__, "torch": torch.__version__, "transformers": tf,
-            "python": sys.version.split()[0], "cpu": _cache._cpu_features(), "engine": _cache._ENGINE}
+            "python": sys.version.split()[0], "cpu": _cache._cpu_features(), "engine": _cache._ENGINE,
+            "config": repr({f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                            if f.name not in ("cache_dir", "dump_dir")})}
 
 
 # ----------------------------------------------------------------------------- entries
@@ -591,14 +597,9 @@ class _Entry:
         for name, ref in data["installed"].items():
             if rename.get(name, name) not in globals_:
                 globals_[rename.get(name, name)] = _resolve(ref)
-        guards = data["guards"]
-        if rename:
-            sub = functools.partial(re.sub, r"G\['([^']+)'\]", lambda m: f"G[{rename.get(m.group(1), m.group(1))!r}]")
-            guards = {**guards, "call": [sub(t) for t in guards["call"]], "bind": [sub(t) for t in guards["bind"]],
-                      "values": [sub(t) for t in guards["values"]],
-                      **{k: sub(guards[k]) for k in ("call_src", "bind_src") if guards.get(k)},
-                      "tensors": [(sub(t[0]), *t[1:]) for t in guards["tensors"]]}
-        self.checks = _Checks(guards, globals_)
+        # the checks read Dynamo's globals under the names they were traced with (G is theirs)
+        checks_g = {**globals_, **{n: globals_[r] for n, r in rename.items()}} if rename else globals_
+        self.checks = _Checks(data["guards"], checks_g)
         code = _load_code(data["code"], data["extras"])
         if rename:
             def renamed(c):
@@ -777,12 +778,13 @@ class CacheCompiled:
                 installed[name] = r
         data_code, extras = _dump_code(new_code)
         files = sorted(rec.files | {getattr(self.fn, '__func__', self.fn).__code__.co_filename})
-        data = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
+        data = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(self.config),
                 "sources": {f: _file_digest(f) for f in files}, "code": data_code, "extras": extras,
                 "installed": installed, "graphs": graphs, "guards": guards.record(), "created": time.time()}
         live = {name: G[name] for name in graphs}  # this process keeps Dynamo's compiled functions
         entry = _Entry(data, self._frame, G, live)
         data["guards"]["call_src"], data["guards"]["bind_src"] = entry.checks.sources
+        data["guards"]["codes"] = [marshal.dumps(c) for c in entry.checks.codes]
         return entry, data
 
     # -- the folder
@@ -816,7 +818,7 @@ class CacheCompiled:
                 return
             files = sorted((os.path.join(self.folder, f) for f in os.listdir(self.folder) if f.endswith(".agcc")),
                            key=os.path.getmtime, reverse=True)
-            entries, versions = [], _versions()
+            entries, versions = [], _versions(self.config)
             for path in files:
                 try:
                     with open(path, "rb") as f:

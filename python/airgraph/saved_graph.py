@@ -25,7 +25,7 @@ from .compiler import _writing_inputs
 from .config import CompilerConfig
 from .graph_types import CompileReport, InputMismatch, Lowered, const_resolver
 from .lower import lower_graph
-from .pipeline import SizedGraph, compile_lowered, observers_for
+from .pipeline import SizedGraph, compile_lowered, observers_for, run_passes
 from .shapes import key_function
 from .weights import bind_weights
 
@@ -84,9 +84,13 @@ def artifact(compiled) -> tuple[dict | None, str]:
     producer = f"airgraph {__version__}"
     if not report.symbolic:
         low = lower_graph(gm, consts)
-        return {"kind": "static", "graph": _b64(low.g.save(True, producer, "", list(weights))),
-                "feeding": low.feeding(), "consts": names, "writes": writes, "metas": metas,
-                "input_outputs": aliases}, ""
+        rec = {"kind": "static", "graph": _b64(low.g.save(True, producer, "", list(weights))),
+               "feeding": low.feeding(), "consts": names, "writes": writes, "metas": metas, "input_outputs": aliases}
+        opt = low.g.clone()
+        run_passes(opt, state["config"])
+        if derived_sources(opt, weights) == []:  # (else the passes run at load: folded weights are not saved)
+            rec["optimized"] = _b64(opt.save(True, producer, "", list(weights)))
+        return rec, ""
     seg = report.symbolic[0]
     if seg.template is None:
         return None, f"its symbolic sizes are lowered per size ({seg.template_reason})"
@@ -139,11 +143,13 @@ class SavedGraph:
         self._check(consts)
 
         def build(consts, changed, prev, report):
-            low = Lowered.from_feeding(self._load(self.graph, consts), rec["feeding"])
             if rec["kind"] == "static":
-                eg = compile_lowered(low, config, report, optimized=False, observers=observers_for(config),
+                done = self.optimized is not None
+                low = Lowered.from_feeding(self._load(self.optimized if done else self.graph, consts), rec["feeding"])
+                eg = compile_lowered(low, config, report, optimized=done, observers=observers_for(config),
                                      writes=self.writes)
                 return eg.run, [eg]
+            low = Lowered.from_feeding(self._load(self.graph, consts), rec["feeding"])
             opt = self._load(self.optimized, consts) if self.optimized is not None else None
 
             def lowered_at(key):
