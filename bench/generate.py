@@ -38,7 +38,8 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 THREADS = 2
-BACKENDS = ("eager", "inductor", "airgraph", "openvino", "cache_compile-cold", "cache_compile-warm")
+BACKENDS = ("eager", "inductor", "inductor-warm", "airgraph", "cache_compile-cold", "cache_compile-warm",
+            "openvino")
 
 
 def build_model(name: str):
@@ -70,7 +71,7 @@ def _compile(model, backend: str):
 
     if backend == "eager":
         return
-    if backend == "inductor":
+    if backend in ("inductor", "inductor-warm"):  # (-warm: the next process on the same Inductor caches)
         model.forward = torch.compile(model.forward)
     elif backend == "airgraph":
         import airgraph  # noqa: F401  (registers the backend; by name works too)
@@ -337,7 +338,8 @@ def measure(a, gbs: float, log=None) -> list[dict]:
             ref = None
             cc_dir = tempfile.mkdtemp(prefix="airgraph-bench-cc-")
             for backend in a.backends.split(","):
-                r = _run_worker(a, backend, cache, batch, env={"AIRGRAPH_BENCH_CC_DIR": cc_dir})
+                r = _run_worker(a, backend, cache, batch, env={"AIRGRAPH_BENCH_CC_DIR": cc_dir,
+                                                              "TORCHINDUCTOR_CACHE_DIR": os.path.join(cc_dir, "inductor")})
                 if backend == "eager" and "tokens" in r:
                     ref = r["tokens"][0]
                 if "tokens" in r and ref is not None:
@@ -347,6 +349,19 @@ def measure(a, gbs: float, log=None) -> list[dict]:
                 if log:
                     log(r)
     return rows
+
+
+def with_warm_rows(backends: list[str]) -> list[str]:
+    """The backends plus the rows of a second process on the first one's caches: Inductor's own
+    caches warm after "inductor", cache_compile's cold and warm processes after "airgraph"."""
+    out = []
+    for b in backends:
+        out.append(b)
+        if b == "inductor":
+            out.append("inductor-warm")
+        elif b == "airgraph":
+            out += ["cache_compile-cold", "cache_compile-warm"]
+    return out
 
 
 def _run_worker(a, backend: str, cache: str, batch: int, extra=(), env=None) -> dict:

@@ -581,7 +581,8 @@ def generation(models: list[str], backends: list[str], a) -> dict:
           f"{a.generation_new} new tokens, {a.generation_repeats} repeats", flush=True)
     rows, load = [], {}
     for m in models:
-        ns = SimpleNamespace(model=m, backends=",".join(backends), caches=GEN_CACHES, batches=batches,
+        rows_of = backends if a.tiny else gen.with_warm_rows(backends)  # (+ Inductor warm, cache_compile cold/warm)
+        ns = SimpleNamespace(model=m, backends=",".join(rows_of), caches=GEN_CACHES, batches=batches,
                              prompt=GEN_PROMPT, new=a.generation_new, repeats=a.generation_repeats, timeout=a.timeout)
         t0 = time.perf_counter()
         with _LoadMeter(children=True) as meter:
@@ -1345,6 +1346,29 @@ def _generation_targets(gen: dict | None) -> list[dict]:
             "small, eager or airgraph not measured")
     compare("decode faster than Inductor in every cell (Inductor / airgraph)", lambda m: True, "inductor",
             "airgraph", "decode_ms", lambda x: x > 1.0, lambda x: f"{x:.2f}x", "Inductor or airgraph not measured")
+    # cache_compile (issue 25): a warm process (entries written by the cold one) against eager
+    compare("cache_compile warm: first generate() at most 1.2x eager's (0.5b)", lambda m: m == "0.5b",
+            "cache_compile-warm", "eager", "first_ms", lambda x: x <= 1.2, lambda x: f"{x:.2f}x",
+            "0.5b, eager or cache_compile not measured")
+    figures, problems, ok = [], [], True
+    for model, cache, batch in cells:
+        if model != "0.5b" or (model, cache, batch, "cache_compile-warm") not in rows:
+            continue
+        w, ew = get(model, cache, batch, "cache_compile-warm", "first_token_ms")
+        e, ee = get(model, cache, batch, "eager", "first_token_ms")
+        if w is None or e is None:
+            problems.append(f"0.5b {cache} b{batch} {ew or ee}")
+            continue
+        ok &= w <= e + 1000
+        figures.append(f"0.5b {cache} b{batch} {w:.0f} vs eager {e:.0f} ms")
+    target("cache_compile warm: time to the first token at most eager's + 1 s (0.5b)", figures, problems, ok,
+           "0.5b, eager or cache_compile not measured")
+    compare("cache_compile cold: first generate() at most half of torch.compile's (cold / airgraph)",
+            lambda m: m == "0.5b", "cache_compile-cold", "airgraph", "first_ms", lambda x: x <= 0.5,
+            lambda x: f"{x:.2f}x", "0.5b, airgraph or cache_compile not measured")
+    compare("cache_compile decode at least 4x faster than eager on small (eager / cache_compile warm)",
+            lambda m: m == "small", "eager", "cache_compile-warm", "decode_ms", lambda x: x >= 4.0,
+            lambda x: f"{x:.2f}x", "small, eager or cache_compile not measured")
     # dynamic within 10% of static: airgraph's decode, dynamic / static, per model and batch
     figures, problems, ok = [], [], True
     for model, cache, batch in cells:

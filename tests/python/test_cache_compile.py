@@ -27,14 +27,16 @@ cfg = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hid
 cfg._attn_implementation = "sdpa"
 model = LlamaForCausalLM(cfg).eval()
 g = torch.Generator().manual_seed(1)
-ids = torch.randint(3, 320, (2, 9), generator=g)
+ids = torch.randint(3, 320, (2, 17), generator=g)
 mask = torch.ones_like(ids)
 mask[1, :3] = 0  # left padding in the second row
-cells = [("dynamic", 1, False), ("static", 1, False), ("dynamic", 2, False), ("dynamic", 1, True)]
+cells = [("dynamic", 1, False, 9), ("static", 1, False, 9), ("dynamic", 2, False, 9), ("dynamic", 1, True, 9)]
+if len(sys.argv) > 2:  # a prompt longer than any the first process traced
+    cells.append(("dynamic", 1, False, 17))
 
-def run(cache, batch, sample):
-    kw = dict(input_ids=ids[:batch], attention_mask=mask[:batch], max_new_tokens=6, min_new_tokens=6, pad_token_id=0,
-              do_sample=sample)
+def run(cache, batch, sample, n):
+    kw = dict(input_ids=ids[:batch, -n:], attention_mask=mask[:batch, -n:], max_new_tokens=6, min_new_tokens=6,
+              pad_token_id=0, do_sample=sample)
     if sample:
         kw.update(top_k=20, temperature=0.9)
         torch.manual_seed(7)
@@ -71,10 +73,10 @@ def test_generate_replays_in_a_new_process_without_dynamo(tmp_path):
     # greedy tokens equal eager's in every cell (batch 2 with left padding included); seeded sampling
     # draws the same tokens where the logits agree, as they do here
     assert first["got"] == first["want"] and first["again"] == first["want"]
-    second = _run(GENERATE, str(tmp_path))
+    second = _run(GENERATE, str(tmp_path), "longer")
     assert second["frames"] == 0, second["stderr"][-3000:]  # Dynamo compiled no frame
     assert second["counts"]["traces"] == 0 and second["counts"]["loaded"] == first["counts"]["saved"]
-    assert second["got"] == second["want"] == first["got"]
+    assert second["got"] == second["want"] and second["got"][:4] == first["got"]  # (a longer prompt: replayed too)
     assert second["again"] == second["want"]
 
 
