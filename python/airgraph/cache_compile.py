@@ -451,15 +451,15 @@ def _checks_source(texts: list[str]) -> str:
         return isinstance(node, ast.Name) and node.id in ("L", "G")
 
     def var(node) -> ast.Name:
-        key = ast.unparse(node)
+        """The local holding the chain `node` (its prefixes first), keyed by the chain's text."""
+        if isinstance(node, ast.Name):
+            return node
+        base = var(node.value)
+        step = f".{node.attr}" if isinstance(node, ast.Attribute) else f"[{node.slice.value!r}]"
+        key = base.id + step
         if key not in names:
-            if isinstance(node, ast.Name):
-                return node
-            base = var(node.value)
-            copy = ast.Attribute(base, node.attr, ast.Load()) if isinstance(node, ast.Attribute) else \
-                ast.Subscript(base, node.slice, ast.Load())
             names[key] = f"_v{len(names)}"
-            lines.append(f"{names[key]} = {ast.unparse(copy)}")
+            lines.append(f"{names[key]} = {key}")
         return ast.Name(names[key], ast.Load())
 
     class Hoist(ast.NodeTransformer):
