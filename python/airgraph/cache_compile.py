@@ -553,7 +553,8 @@ _HOOK = None
 _HOOK_LOCK = threading.Lock()
 
 
-def _ensure_hook():
+def _install_hooks():
+    """Once per process: the bytecode hook (which frames Dynamo converts) and the module watch."""
     global _HOOK
     with _HOOK_LOCK:
         if _HOOK is None:
@@ -609,7 +610,8 @@ class _Entry:
             code = renamed(code)
         self.replay = types.FunctionType(code, globals_, func.__name__, func.__defaults__, func.__closure__)
         self.replay.__kwdefaults__ = func.__kwdefaults__
-        self.bound = None  # the module (weakly) or True this entry's bind checks passed for
+        self.bound = False  # whether its binding checks passed (CacheCompiled._bind, _still_bound)
+        self.hooks, self.hook_counts, self.children = (), (), []
         self.calls = 0
 
 
@@ -640,6 +642,7 @@ class CacheCompiled:
         self.key = hashlib.sha256(ident.encode()).hexdigest()[:24]
         self.folder = os.path.join(folder, "cache_compile", self.key) if folder else None
         self._frame = types.FunctionType(_call.__code__.replace(co_name="_call"), _call.__globals__, "_call")
+        _install_hooks()
         self.entries: tuple = ()
         self.lock = threading.RLock()
         self._compiled = None
@@ -655,7 +658,7 @@ class CacheCompiled:
             self._load()
         L = {"fn": self.fn, "args": args, "kwargs": kwargs}
         for e in self.entries:
-            if e.checks.call(L) and (e.bound or self._bind(e, L)):
+            if e.checks.call(L) and (self._still_bound(e) or self._bind(e, L)):
                 try:
                     out = e.replay(self.fn, *args, **kwargs)
                 except InputMismatch as err:  # (raised before the graph ran: no side effect happened)
@@ -669,9 +672,23 @@ class CacheCompiled:
 
     def _bind(self, e: _Entry, L) -> bool:
         """The entry's checks of the module's classes, hooks, globals and code (L['fn'] is the same
-        object on every call: once per entry and process)."""
-        e.bound = e.checks.bind(L)
-        return e.bound
+        object on every call: once per entry and process, and again after the module changed)."""
+        e.bound = False
+        if not e.checks.bind(L):
+            return False
+        dicts, children = _module_state(getattr(self.fn, "__self__", None))
+        e.hooks, e.hook_counts = dicts, tuple(map(len, dicts))
+        e.children = [(d, tuple(d.values())) for d in children]
+        e.bound = True
+        return True
+
+    @staticmethod
+    def _still_bound(e: _Entry) -> bool:
+        """What binding checked still holds, read cheaply on every call: no hook added or removed
+        anywhere in the module tree (or globally), and every submodule the same object (a module
+        replaced by another, of another class, binds again and traces if its checks fail)."""
+        return e.bound and tuple(map(len, e.hooks)) == e.hook_counts and \
+            all(tuple(d.values()) == v for d, v in e.children)
 
     # -- tracing
 
@@ -690,7 +707,6 @@ class CacheCompiled:
                         rec.guards.append((None, f"{type(e).__name__}: {e}"))
                 return [True] * len(entries)
 
-            _ensure_hook()
             self._compiled = torch.compile(self._frame, backend=functools.partial(_recording_backend,
                                                                                   config=self.config),
                                            dynamic=self.dynamic, options={"guard_filter_fn": guards})
@@ -709,7 +725,10 @@ class CacheCompiled:
                 # specialize_float: a norm's eps stays a constant of the graph, as without dynamic=True
                 # (a saved graph takes tensors and sizes only), and Dynamo does not restart its analysis
                 # of the prefill to turn such floats into tensors (a second trace under dynamic=True)
-                with torch._dynamo.config.patch(specialize_float=True), _Progress(self.__qualname__, rec):
+                # skip_nnmodule_hook_guards off: Dynamo's own entries (which serve calls no saved entry
+                # matches) then also see a hook added after the trace, as the saved entries do
+                with torch._dynamo.config.patch(specialize_float=True, skip_nnmodule_hook_guards=False), \
+                        _Progress(self.__qualname__, rec):
                     out = self._compiled_fn()(self.fn, *args, **kwargs)
             finally:
                 _ACTIVE.rec = prev
@@ -856,6 +875,23 @@ class CacheCompiled:
     def __repr__(self):
         return (f"airgraph.cache_compile({self.__qualname__}, {len(self.entries)} entries, folder={self.folder!r}, "
                 f"{self.counts})")
+
+
+_HOOK_ATTRS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOKS = tuple(getattr(torch.nn.modules.module, "_global" + a, None) for a in _HOOK_ATTRS)
+
+
+def _module_state(obj) -> tuple[tuple, list]:
+    """(every forward/backward hook dict of the module tree under `obj` and torch's global ones,
+    the tree's non-empty `_modules` dicts): a hook added after binding changes a hook dict's length,
+    a submodule replaced changes a `_modules` dict's values (checked on every call, a few ns each)."""
+    dicts, children = [d for d in _GLOBAL_HOOKS if isinstance(d, dict)], []
+    if isinstance(obj, torch.nn.Module):
+        for m in obj.modules():
+            dicts += [getattr(m, a) for a in _HOOK_ATTRS if isinstance(getattr(m, a, None), dict)]
+            if m._modules:
+                children.append(m._modules)
+    return tuple(dicts), children
 
 
 def _disabled(fn):

@@ -150,6 +150,21 @@ def test_saved_entry_checks_what_it_depends_on(tmp_path):
     m.lin.weight = torch.nn.Parameter(torch.randn(8, 8))  # a new Parameter object
     same(x)
     same(x, bias=torch.ones(8))  # another structure of the arguments
+    # a hook added after the entry was bound, and a submodule replaced by another class with the same
+    # parameters: both change what the module computes, and both trace again (never the old graph)
+    h = m.lin.register_forward_hook(lambda mod, i, o: o * -1)
+    same(x)
+    h.remove()
+    same(x)
+
+    class Twice(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    lin, m.lin = m.lin, Twice(8, 8)
+    m.lin.load_state_dict(lin.state_dict())
+    same(x)
+    m.lin = lin
     traces = f.counts["traces"]
     m.lin.double()
     same(torch.randn(4, 8, dtype=torch.float64))  # a new dtype: traced again
