@@ -458,14 +458,14 @@ def _target_text(t) -> str:
 
 def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -> str | None:
     """The SHA-256 of a Dynamo graph, its example inputs' types and the config, or None when the
-    graph is not kept at this level (a module call left in the graph, a non-tensor or symbolic
-    input, gradients wanted, a target without a stable name)."""
+    graph is not kept at this level (a module call left in the graph, a non-tensor, tensor-subclass
+    or symbolic input, gradients wanted, a target without a stable name)."""
     global _CPU
     if _CPU is None:
         _CPU = _cpu_features()
-    if any(not isinstance(x, torch.Tensor) or x.layout != torch.strided or not x.is_cpu or
+    if any(type(x) not in (torch.Tensor, torch.nn.Parameter) or x.layout != torch.strided or not x.is_cpu or
            any(isinstance(d, torch.SymInt) for d in x.shape) for x in example_inputs):
-        return None
+        return None  # (a tensor subclass, such as torchao's quantized weights, has no storage of its own to key)
     if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
         return None
     h = _KeyHash()
