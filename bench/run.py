@@ -602,7 +602,8 @@ def generation(models: list[str], backends: list[str], a) -> dict:
 # --------------------------------------------------------------------------- first calls
 
 
-FIRST_MODES_ALL = ("setup", "cold", "warm", "exported", "aot")  # setup: eager's first call, export, aot_compile
+# setup: eager's first call, export, aot_compile; cc_*: airgraph.cache_compile's cold and warm processes
+FIRST_MODES_ALL = ("setup", "cold", "warm", "exported", "aot", "cc_cold", "cc_warm")
 FIRST_LATER = (20, 2.0)  # later calls: up to 20 of them, or as many as 2 s take (at least 3)
 OVERHEAD_CALLS = 20000
 OVERHEAD_TARGET_US = 5.0
@@ -714,6 +715,14 @@ def first_call_worker(mode: str, model_name: str, folder: str, size: str) -> dic
                 res["aot_error"] = _error(e)
             return res
         want = torch.load(io_path, weights_only=False)["want"]
+        if mode in ("cc_cold", "cc_warm"):  # airgraph.cache_compile: the cold process writes, the warm one replays
+            t0 = time.perf_counter()
+            f = airgraph.cache_compile(model.forward, cache_dir=os.path.join(folder, "cache_compile_entries"))
+            out = f(*args, **kwargs)
+            t1 = time.perf_counter()
+            res.update(total_ms=(t1 - t0) * 1000, later_ms=_later_ms(f, args, kwargs), max_diff=_max_diff(out, want),
+                       dynamo_frames=sum(counters["frames"].values()), counts=dict(f.counts), unsaved=f.unsaved)
+            return res
         if mode == "aot":
             t0 = time.perf_counter()
             with open(os.path.join(folder, "model.aot"), "rb") as f:
@@ -817,6 +826,10 @@ def first_calls(models: list[str], a) -> dict:
             for mode, key in (("exported", "export_error"), ("aot", "aot_error")):
                 bad = setup.get("error") or setup.get(key)
                 row[mode] = dict(error=bad) if bad else runs(mode, mode)
+            # (one process each: a repeat of the cold one would find the first's entries)
+            row["cc_cold"] = run("cc_cold", "compile") if "error" not in setup else dict(error="setup failed")
+            row["cc_warm"] = run("cc_warm", "compile") if "error" not in row["cc_cold"] else \
+                dict(error="cache_compile cold run failed")
             row["loaded"] = [k for k in FIRST_MODES_ALL if _loaded(row[k])]
             rows.append(row)
             print(f"  first call {m}: " + "; ".join(
@@ -861,14 +874,18 @@ def _first_call_lines(first: dict) -> list[str]:
         "`torch.compile(fn, backend=\"airgraph\", fullgraph=True).aot_compile(((model, *args), kwargs))` and "
         "`save_compiled_function` in the setup process, then `torch.compiler.load_compiled_function` and the first "
         "call in a fresh process (the model is built there: the loaded function binds its parameters). "
+        "cache_compile: `airgraph.cache_compile(model.forward, cache_dir=...)` and its first call in a fresh process "
+        "with an empty folder (cold: Dynamo traces, the entry is saved) and in the next process on that folder "
+        "(warm: no Dynamo; in brackets the frames Dynamo traced). "
         + (f"Each figure from the process with the median total of {first['repeats']} (all in latest.json). "
            if first.get("repeats", 1) > 1 else "One process per figure (--first-call-repeats for more). ")
         + f"LOADED: a process during which other processes or the hypervisor took over {LOADED:.0%} of the "
         "machine (its figures are unreliable; on these shared VMs a first call varies up to several-fold).",
         "",
         "| model | eager first call ms | cold ms (own ms, overhead ms) | warm cache ms (own ms, overhead ms, hits) "
-        "| warm 2nd / later call ms | exported load+first ms | exported later call ms | aot load+first ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| warm 2nd / later call ms | exported load+first ms | exported later call ms | aot load+first ms "
+        "| cache_compile cold ms | cache_compile warm ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in first["rows"]:
         s, c, w, x, t = (r.get(k, {}) for k in ("setup", "cold", "warm", "exported", "aot"))
@@ -882,8 +899,10 @@ def _first_call_lines(first: dict) -> list[str]:
         exp = _cell_error(x["error"]) if "error" in x else f"{x['total_ms']:.1f}"
         later = "" if "error" in x else _ms(x["later_ms"])
         aot = _cell_error(t["error"]) if "error" in t else f"{t['total_ms']:.1f}"
+        cc = [_cell_error(q["error"]) if "error" in q else f"{q['total_ms']:.1f} ({q['dynamo_frames']} frames)"
+              for q in (r.get("cc_cold", {"error": "not run"}), r.get("cc_warm", {"error": "not run"}))]
         name = r["model"] + (f" (LOADED: {', '.join(r['loaded'])})" if r.get("loaded") else "")
-        lines.append(f"| {name} | {eager} | {cold} | {warm} | {second} | {exp} | {later} | {aot} |")
+        lines.append(f"| {name} | {eager} | {cold} | {warm} | {second} | {exp} | {later} | {aot} | {cc[0]} | {cc[1]} |")
     ov = first.get("overhead") or {}
     if "error" in ov:
         lines += ["", f"Per-call overhead (x * 2 + 1 on 16 floats): {_cell_error(ov['error'], 200)}"]
@@ -899,6 +918,9 @@ def _target_row(text, figures, problems, ok, absent) -> dict:
     if not figures and not problems:
         return dict(target=text, status="not evaluated", detail=absent)
     return dict(target=text, status="met" if ok and not problems else "missed", detail=", ".join(figures + problems))
+
+
+CC_WARM_TARGET_MS = 100.0  # issue 25: a warm cache_compile process's first call vs eager's first call
 
 
 def _first_call_targets(first: dict) -> list[dict]:
@@ -951,6 +973,17 @@ def _first_call_targets(first: dict) -> list[dict]:
             figures.append(f"{r['model']} {x['total_ms']:.0f} ms (load {x['load_ms']:.0f} + first {x['first_ms']:.0f})")
     target(f"airgraph.load(path) + first call at most {LOAD_TARGET_MS / 1000:g} s for every zoo model", figures,
            problems, ok, "no model measured")
+    figures, problems, ok = [], [], True
+    for r in rows:
+        q, e = r.get("cc_warm", {}), r.get("setup", {})
+        if "error" in q or "eager_first_ms" not in e:
+            problems.append(f"{r['model']} {q.get('error', 'no eager figure')[:80]}")
+            continue
+        ok &= q["total_ms"] <= e["eager_first_ms"] + CC_WARM_TARGET_MS and q["dynamo_frames"] == 0
+        figures.append(f"{r['model']} {q['total_ms']:.0f} ms vs eager {e['eager_first_ms']:.0f} ms "
+                       f"({q['dynamo_frames']} Dynamo frames)")
+    target(f"cache_compile warm process: first call at most eager's first call + {CC_WARM_TARGET_MS:.0f} ms, "
+           "no Dynamo frame", figures, problems, ok, "no model measured")
     ov = first.get("overhead") or {}
     if "loaded_us" in ov:
         target(f"loaded call overhead at most {OVERHEAD_TARGET_US:g} us (x * 2 + 1 on 16 floats)",
