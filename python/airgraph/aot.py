@@ -108,6 +108,8 @@ class AirgraphCompiled(SerializableCallable):
                       "then each get their own), or use airgraph.export, which takes symbolic sizes")
         elif reason is None and (s["report"].engine_graphs != 1 or any(not n.native for n in s["report"].nodes)):
             reason = "it does not run whole on the engine (PyTorch fallback nodes)"
+        if reason is None and s["gm"].meta.get("airgraph_passthrough"):
+            reason = "it returns a size among its outputs"
         if reason:
             raise RuntimeError(f"airgraph cannot save this compiled graph for torch's aot_compile: {reason}")
         gm, consts, config = s["gm"], s["consts"], s["config"]

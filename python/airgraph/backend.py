@@ -224,6 +224,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
 
     def _write_entries(aot_gm, consts, aten_entries):
         if not (dkey is not None and state["reason"] is None and report.engine_graphs == 1
+                and not aot_gm.meta.get("airgraph_passthrough")
                 and len(report.graphs) == 1 and not report.symbolic and all(n.native for n in report.nodes)
                 and _cache.store_dynamo(config.cache_dir, dkey, aot_gm, report, consts,
                                         aot_gm.meta.get("airgraph_input_writes", ()))):

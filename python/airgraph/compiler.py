@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .config import CompilerConfig
 from .graph_types import CompileReport
-from .lower import take_input_writes
+from .lower import take_input_writes, take_passthrough_outputs, with_passthrough
 from .lowering import bound_sizes
 from .partition import compile_partitioned
 from .pipeline import compile_lowered, observers_for
@@ -49,8 +49,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]
     call unless config.frozen_parameters); const_names: position -> name, for log messages."""
     # AOTAutograd may call us with its fake mode active; constants we make must be real.
     with unset_fake_temporarily():
-        writes = take_input_writes(gm)
+        writes = take_input_writes(gm)  # (output indices of the whole output list)
+        passthrough = take_passthrough_outputs(gm)
         run = _compile_aten_graph(gm, consts, config, report, const_names, spec)
+    if passthrough:
+        run = with_passthrough(run, passthrough)
     return _writing_inputs(run, writes) if writes else run
 
 

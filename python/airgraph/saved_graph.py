@@ -24,7 +24,7 @@ from .cache import _by_name, derived_sources
 from .compiler import _writing_inputs
 from .config import CompilerConfig
 from .graph_types import CompileReport, InputMismatch, Lowered, const_resolver
-from .lower import lower_graph
+from .lower import lower_graph, with_passthrough
 from .pipeline import SizedGraph, compile_lowered, observers_for, run_passes
 from .shapes import key_function
 from .weights import bind_weights
@@ -81,11 +81,13 @@ def artifact(compiled) -> tuple[dict | None, str]:
     metas = {str(i): [str(t.dtype).replace("torch.", ""), list(t.shape)] for i, t in consts.items()}
     writes = [list(w) for w in gm.meta.get("airgraph_input_writes", ())]
     aliases = {str(k): v for k, v in state.get("input_outputs", {}).items()}
+    passthrough = [list(t) for t in gm.meta.get("airgraph_passthrough", ())]
     producer = f"airgraph {__version__}"
     if not report.symbolic:
         low = lower_graph(gm, consts)
         rec = {"kind": "static", "graph": _b64(low.g.save(True, producer, "", list(weights))),
-               "feeding": low.feeding(), "consts": names, "writes": writes, "metas": metas, "input_outputs": aliases}
+               "feeding": low.feeding(), "consts": names, "writes": writes, "metas": metas, "input_outputs": aliases,
+               "passthrough": passthrough}
         opt = low.g.clone()
         run_passes(opt, state["config"])
         if derived_sources(opt, weights) == []:  # (else the passes run at load: folded weights are not saved)
@@ -103,7 +105,8 @@ def artifact(compiled) -> tuple[dict | None, str]:
         opt = None  # (its folded constants would be saved with their bytes: the passes run per size instead)
     rec = {"kind": "symbolic", "graph": _b64(seg.template.g.save(True, producer, "", list(weights))),
            "feeding": seg.template.feeding(), "consts": names, "writes": writes, "metas": metas,
-           "input_outputs": aliases, "getters": [list(g) for g in seg.getters], "symbols": [str(s) for s in seg.symbols]}
+           "input_outputs": aliases, "passthrough": passthrough, "getters": [list(g) for g in seg.getters],
+           "symbols": [str(s) for s in seg.symbols]}
     if opt is not None:
         rec["optimized"] = _b64(opt.save(True, producer, "", list(weights)))
     return rec, ""
@@ -171,7 +174,9 @@ class SavedGraph:
             return run, []
 
         run = bind_weights(build, consts, dict(self.consts), config, self.report)
-        run = _writing_inputs(run, self.writes) if self.writes else run
+        run = _writing_inputs(run, self.writes) if self.writes else run  # (the writes' indices: without pass-throughs)
+        if rec.get("passthrough"):
+            run = with_passthrough(run, [tuple(t) for t in rec["passthrough"]])
         aliases = {int(k): v for k, v in rec.get("input_outputs", {}).items()}
         if not aliases:
             return run

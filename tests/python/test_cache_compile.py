@@ -258,3 +258,27 @@ def test_progress_line_for_a_long_trace(tmp_path, monkeypatch, capfd):
     with torch.no_grad():
         f(torch.randn(3, 4))
     assert "airgraph:" not in capfd.readouterr().err  # a replay says nothing
+
+
+class Sized(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return {"y": self.lin(x).relu(), "n": x.shape[0]}
+
+
+def test_forward_returning_a_size_runs_whole_and_is_saved(tmp_path):
+    # a size among the outputs (a static-cache prefill returns one) used to split the graph into an engine
+    # region and PyTorch around it, which a saved entry cannot hold; it is now passed through
+    torch.manual_seed(0)
+    m = Sized().eval()
+    f = airgraph.cache_compile(m.forward, cache_dir=str(tmp_path))
+    with torch.no_grad():
+        for batch in (4, 7, 5):
+            x = torch.randn(batch, 8)
+            got = f(x)
+            torch.testing.assert_close(got["y"], m(x)["y"])
+            assert got["n"] == batch and type(got["n"]) is int
+    assert f.unsaved is None and f.counts["saved"] == 1 and f.counts["replays"] == 2, (f.unsaved, f.counts)
