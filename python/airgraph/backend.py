@@ -208,11 +208,15 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
         if s is not None and n_ph != len(real):
             s = ShapeSpec(s.gears)  # AOTAutograd renumbered the inputs: the values stay inputs, no names
-        input_outputs = {}  # (a saved graph returns those inputs itself: airgraph/saved_graph.py)
-        state.update(saved_reason=aot_compile_support.aot_wrapper_reason(aot_gm, input_outputs),
-                     input_outputs=input_outputs)
-        state.update(gm=aot_gm, consts=consts, reason=aot_compile_support.aot_wrapper_reason(aot_gm) or (
-            "AOTAutograd changed the inputs" if n_ph != len(real) else None))
+        # reason: why AOTAutograd's wrapper does more than call the graph (torch's aot_compile and the
+        # Dynamo-level cache entry need it to do nothing); saved_reason: the same except for outputs that
+        # are an input itself, which a saved graph returns as the wrapper does (airgraph/saved_graph.py)
+        input_outputs = {}
+        saved_reason = aot_compile_support.aot_wrapper_reason(aot_gm, input_outputs) or (
+            "AOTAutograd changed the inputs" if n_ph != len(real) else None)
+        state.update(gm=aot_gm, consts=consts, input_outputs=input_outputs, saved_reason=saved_reason,
+                     reason=saved_reason or (f"an output aliases an input or another output (outputs "
+                                             f"{sorted(input_outputs)} are inputs)" if input_outputs else None))
         with _cache.deferring_stores() as aten_entries:
             out = compile_aten_graph(aot_gm, consts, config, report, const_names=params, spec=s)
         report.compile_ms += key_ms
@@ -233,7 +237,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
 
     def bw_compiler(aot_gm, aot_inputs):
         # airgraph is an inference engine; gradients run in PyTorch.
-        state["reason"] = "a training graph (gradients were enabled for an input or a parameter)"
+        state["reason"] = state["saved_reason"] = "a training graph (gradients were enabled for an input or a parameter)"
         def run(args):
             return aot_gm(*args)
 

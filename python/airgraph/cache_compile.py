@@ -18,9 +18,11 @@ What is checked instead of trusted:
   on them, translated), every input tensor's dtype, device, rank, sizes and strides (symbolic dims
   free, within the size relations Dynamo recorded), torch's global state (grad mode, default dtype,
   threads, ...), and the weights (identity and version, as torch.compile's airgraph graphs do);
-- when an entry is bound to a module (its first call in a process, or another module object): the
-  module's classes, config values and attributes the trace read, its hooks, and the globals and
-  functions the traced code used (by name, and by their code);
+- on every call too: the module's config values and attributes the trace read, and, cheaply, the
+  lengths of the module tree's hook dicts and the identity of its submodules (a hook added or a
+  submodule replaced binds again);
+- when an entry is bound (its first call in a process, or after such a change): the module's
+  classes and hooks, and the globals and functions the traced code used (by name, and by their code);
 - when an entry is loaded: the airgraph, torch, transformers and Python versions, the CPU features,
   and the source files of every code object Dynamo traced (an edited model file makes a new entry).
 A mismatch traces again (a new entry); a damaged or foreign file is rebuilt with a warning. Where a
@@ -183,16 +185,16 @@ def _constant(v) -> bool:
 
 
 _CHECK_ID = re.compile(r"___check_(type|obj)_id\((.*), (\d+)\)")
-_L_REF = re.compile(r"L\['([^']+)'\](?:\[(\d+)\])?")
+_L_REF = re.compile(r"L\['([^']+)'\]")
 
 
 class _GuardText:
-    """Dynamo's guards of one frame as Python text over L (the frame's locals at entry) and G (its
-    globals), with the objects they compare against by reference; split into the checks of every
-    call and the checks of binding (see the module text)."""
+    """Dynamo's guards of one `_call` frame as Python text over L (the frame's locals at entry:
+    fn, args, kwargs) and G (its globals), with the objects they compare against by reference;
+    split into the checks of every call (those that read the arguments) and the checks of binding
+    (those that read only L['fn'], the function and its module, or G; see the module text)."""
 
-    def __init__(self, self_ref: tuple[str, int | None] | None):
-        self.self_ref = self_ref  # the frame local holding the module: ("self", None) or ("args", 0)
+    def __init__(self):
         self.call: list[str] = []
         self.bind: list[str] = []
         self.values: list[str] = []  # the bind texts that compare a value read from the module
@@ -216,33 +218,21 @@ class _GuardText:
         self.objs.append(("code", *_dump_code(code)))
         return f"O[{len(self.objs) - 1}]"
 
-    def _is_call(self, text: str) -> bool:
-        for name, idx in _L_REF.findall(text):
-            if self.self_ref is not None and name == self.self_ref[0] and (
-                    self.self_ref[1] is None or (idx != "" and int(idx) == self.self_ref[1])):
-                continue
-            if name in self.freevars:
-                continue
-            return True
-        return False
-
     def add(self, text: str) -> None:
         if text in self._seen:
             return
         self._seen.add(text)
-        if self._is_call(text):
+        if any(name != "fn" for name in _L_REF.findall(text)):  # (it reads the call's arguments)
             self.call.append(text)
             return
         self.bind.append(text)
-        m = _L_REF.match(text)
-        if m and m.group(1) not in self.freevars and " == " in text and "__code__" not in text:
+        if text.startswith("L['fn']") and " == " in text and "__code__" not in text:
             self.values.append(text)  # (a value read from the module: checked on every call too)
 
-    def translate(self, entries, freevars, dynamic: dict, state) -> None:
+    def translate(self, entries, dynamic: dict, state) -> None:
         """entries: Dynamo's GuardFilterEntry list; dynamic: source text -> (sizes, strides) of a
         graph input with None where the dim is symbolic; state: (pickled GlobalStateGuard, torch
         function mode stack depth) at the call."""
-        self.freevars = set(freevars)
         for g in entries:
             t, og = g.guard_type, g.orig_guard
             src = og.name
@@ -373,7 +363,6 @@ class _Checks:
                 strides.append(st)
             self._tensors = torch._C._dynamo.guards.TensorGuards(*examples, dynamic_dims_sizes=sizes,
                                                                  dynamic_dims_strides=strides)
-
 
     def call(self, L) -> bool:
         if self.state is not None and not self.state.check():
@@ -554,7 +543,7 @@ _HOOK_LOCK = threading.Lock()
 
 
 def _install_hooks():
-    """Once per process: the bytecode hook (which frames Dynamo converts) and the module watch."""
+    """Once per process: the bytecode hook (which frames Dynamo converts)."""
     global _HOOK
     with _HOOK_LOCK:
         if _HOOK is None:
@@ -587,11 +576,10 @@ def _versions(config: CompilerConfig) -> dict:
 class _Entry:
     """One saved frame: its checks and the function that runs its transformed bytecode."""
 
-    def __init__(self, data: dict, func, globals_: dict, graphs: dict, prefix: str = ""):
+    def __init__(self, data: dict, globals_: dict, graphs: dict, prefix: str = ""):
         """graphs: the compiled functions by the names the bytecode reads them as; prefix: what a
         loaded entry puts before the names Dynamo installed in the module's globals (this process's
         Dynamo installs its own under the same names)."""
-        self.data = data
         rename = {n: prefix + n for n in (*graphs, *data["installed"])} if prefix else {}
         for name, value in graphs.items():  # (the transformed bytecode reads them as globals)
             globals_[rename.get(name, name)] = value
@@ -608,11 +596,9 @@ class _Entry:
                 return c.replace(co_names=tuple(rename.get(n, n) for n in c.co_names), co_consts=consts)
 
             code = renamed(code)
-        self.replay = types.FunctionType(code, globals_, func.__name__, func.__defaults__, func.__closure__)
-        self.replay.__kwdefaults__ = func.__kwdefaults__
+        self.replay = types.FunctionType(code, globals_, "_call")  # (_call's code, transformed: no defaults)
         self.bound = False  # whether its binding checks passed (CacheCompiled._bind, _still_bound)
         self.hooks, self.hook_counts, self.children = (), (), []
-        self.calls = 0
 
 
 def _call(fn, /, *args, **kwargs):
@@ -665,7 +651,6 @@ class CacheCompiled:
                     log.info("airgraph.cache_compile: %s: the saved graph refused the inputs (%s); tracing again",
                              self.__qualname__, err)
                     break
-                e.calls += 1
                 self.counts["replays"] += 1
                 return out
         return self._trace(args, kwargs, L)
@@ -697,9 +682,9 @@ class CacheCompiled:
             def guards(entries):
                 rec = getattr(_ACTIVE, "rec", None)
                 if rec is not None:
-                    g = _GuardText(("fn", None))
+                    g = _GuardText()
                     try:
-                        g.translate(entries, (), rec.dynamic, rec.state)
+                        g.translate(entries, rec.dynamic, rec.state)
                         rec.guards.append((g, ""))
                     except Unsaveable as e:
                         rec.guards.append((None, str(e)))
@@ -751,8 +736,6 @@ class CacheCompiled:
 
     def _entry_from(self, rec: _Recording):
         mine = [(c, n) for c, n in rec.codes if c is self._frame.__code__]
-        if not rec.codes:
-            raise Unsaveable("Dynamo compiled no frame for this call")
         if len(rec.codes) != 1 or not mine:
             raise Unsaveable(f"Dynamo compiled {len(rec.codes)} frames ("
                              + ", ".join(c.co_name for c, _ in rec.codes) + "): a graph break")
@@ -761,7 +744,7 @@ class CacheCompiled:
         guards, why = rec.guards[0]
         if guards is None:
             raise Unsaveable(why)
-        code, new_code = mine[0]
+        new_code = mine[0][1]
         G = self._frame.__globals__
         names = set()
 
@@ -801,7 +784,7 @@ class CacheCompiled:
                 "sources": {f: _file_digest(f) for f in files}, "code": data_code, "extras": extras,
                 "installed": installed, "graphs": graphs, "guards": guards.record(), "created": time.time()}
         live = {name: G[name] for name in graphs}  # this process keeps Dynamo's compiled functions
-        entry = _Entry(data, self._frame, G, live)
+        entry = _Entry(data, G, live)
         data["guards"]["call_src"], data["guards"]["bind_src"] = entry.checks.sources
         data["guards"]["codes"] = [marshal.dumps(c) for c in entry.checks.codes]
         return entry, data
@@ -820,13 +803,16 @@ class CacheCompiled:
                 f.write(blob)
             os.replace(tmp, os.path.join(self.folder, name))
             self.counts["saved"] += 1
-            files = sorted((os.path.join(self.folder, f) for f in os.listdir(self.folder) if f.endswith(".agcc")),
-                           key=os.path.getmtime, reverse=True)
-            for old in files[MAX_ENTRIES:]:
+            for old in self._entry_files()[MAX_ENTRIES:]:
                 os.unlink(old)
         except OSError as e:
             log.warning("airgraph.cache_compile: could not write to %s (%s); the entry lives in this process only",
                         self.folder, e)
+
+    def _entry_files(self) -> list[str]:
+        """The folder's entries, newest first."""
+        return sorted((os.path.join(self.folder, f) for f in os.listdir(self.folder) if f.endswith(".agcc")),
+                      key=os.path.getmtime, reverse=True)
 
     def _load(self) -> None:
         with self.lock:
@@ -835,10 +821,8 @@ class CacheCompiled:
             self._loaded = True
             if not self.folder or not os.path.isdir(self.folder):
                 return
-            files = sorted((os.path.join(self.folder, f) for f in os.listdir(self.folder) if f.endswith(".agcc")),
-                           key=os.path.getmtime, reverse=True)
             entries, versions = [], _versions(self.config)
-            for path in files:
+            for path in self._entry_files():
                 try:
                     with open(path, "rb") as f:
                         data = pickle.load(f)
@@ -863,7 +847,7 @@ class CacheCompiled:
                 try:
                     graphs = {n: _disabled(SavedGraph(r, self.config)) for n, r in data["graphs"].items()}
                     prefix = f"__airgraph_{os.path.basename(path)[:12]}"
-                    entries.append(_Entry(data, self._frame, self._frame.__globals__, graphs, prefix))
+                    entries.append(_Entry(data, self._frame.__globals__, graphs, prefix))
                 except Exception as e:  # (a name the entry needs is gone from this process's packages)
                     log.info("airgraph.cache_compile: %s: saved entry %s cannot be used here (%s: %s)",
                              self.__qualname__, os.path.basename(path), type(e).__name__, e)
@@ -929,7 +913,6 @@ def _recording_backend(gm, example_inputs, config: CompilerConfig):
                 continue
             rec.dynamic[ga.source.name] = ([d if isinstance(d, int) else None for d in v.shape],
                                            [s if isinstance(s, int) else None for s in v.stride()])
-    if rec is not None:
         n = sum(1 for n in gm.graph.nodes if n.op == "call_function")
         rec.stage = f"airgraph is compiling graph {len(rec.graphs) + 1} ({n} ops)"
     compiled = _backend.airgraph_backend(gm, example_inputs, config=config)

@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .config import CompilerConfig
 from .graph_types import CompileReport
-from .lower import take_input_writes, take_passthrough_outputs, with_passthrough
+from .lower import take_input_writes, take_passthrough_outputs
 from .lowering import bound_sizes
 from .partition import compile_partitioned
 from .pipeline import compile_lowered, observers_for
@@ -82,6 +82,24 @@ def _writing_inputs(run, writes):
                 t.copy_(o)
         return list(outs[:n])
 
+    return _boxed_like(call, run)
+
+
+def with_passthrough(run, taken):
+    """The boxed callable of a graph whose pass-through outputs were taken out
+    (lower.take_passthrough_outputs): puts each argument back at its output index."""
+    def call(args):
+        outs = list(run(args))
+        for k, p in taken:  # (ascending output indices: each lands where it was)
+            outs.insert(k, args[p])
+        return outs
+
+    return _boxed_like(call, run)
+
+
+def _boxed_like(call, run):
+    """`call`, a wrapper of the boxed callable `run`, marked boxed and carrying run's engine graphs
+    and weight binder (the debug tools and benchmarks read them)."""
     call._boxed_call = True
     for attr in ("engine_graphs", "binder"):
         if hasattr(run, attr):

@@ -245,7 +245,7 @@ def take_passthrough_outputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
     """Takes out of the graph's outputs the inputs it returns as they came that are no tensors (a
     size: a static-cache prefill returns one): the engine holds tensors only, so such an output
     would put the whole graph in PyTorch's hands. Returns (output index, argument position) pairs,
-    kept in gm.meta["airgraph_passthrough"]; the caller puts the arguments back (`with_passthrough`).
+    kept in gm.meta["airgraph_passthrough"]; the caller puts the arguments back (compiler.with_passthrough).
     The input writes' output indices (gm.meta["airgraph_input_writes"]) are renumbered to match."""
     phs = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -264,22 +264,6 @@ def take_passthrough_outputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
     gm.meta["airgraph_passthrough"] = taken
     gm.recompile()
     return taken
-
-
-def with_passthrough(run, taken):
-    """The boxed callable of a graph whose pass-through outputs were taken out: puts each argument
-    back at its output index."""
-    def call(args):
-        outs = list(run(args))
-        for k, p in taken:  # (ascending output indices: each lands where it was)
-            outs.insert(k, args[p])
-        return outs
-
-    call._boxed_call = True
-    for attr in ("engine_graphs", "binder"):
-        if hasattr(run, attr):
-            setattr(call, attr, getattr(run, attr))
-    return call
 
 
 def check_support(gm: torch.fx.GraphModule) -> tuple[list[NodeReport], set[torch.fx.Node]]:

@@ -21,10 +21,10 @@ import torch
 from ._core import C
 from ._version import __version__
 from .cache import _by_name, derived_sources
-from .compiler import _writing_inputs
+from .compiler import _writing_inputs, with_passthrough
 from .config import CompilerConfig
 from .graph_types import CompileReport, InputMismatch, Lowered, const_resolver
-from .lower import lower_graph, with_passthrough
+from .lower import lower_graph
 from .pipeline import SizedGraph, compile_lowered, observers_for, run_passes
 from .shapes import key_function
 from .weights import bind_weights
@@ -63,9 +63,7 @@ def artifact(compiled) -> tuple[dict | None, str]:
                 "metas": None}, ""
     if "gm" not in state:
         return None, "the graph was not compiled for inference"
-    reason = state.get("reason")
-    if "saved_reason" in state and (reason or "").startswith("an output aliases"):
-        reason = state["saved_reason"]  # (an output that is an input itself: the saved graph returns it)
+    reason = state.get("saved_reason", state.get("reason"))  # (outputs that are an input are returned as such)
     if reason:
         return None, reason
     if report.engine_graphs != 1 or any(not n.native for n in report.nodes) or len(report.symbolic) > 1:
@@ -117,7 +115,8 @@ class SavedGraph:
     arguments (weights included), returns its outputs as a list."""
 
     def __init__(self, record: dict, config: CompilerConfig):
-        self.record, self.config = record, config
+        self.record = {k: v for k, v in record.items() if k not in ("graph", "optimized")}  # (bytes kept decoded)
+        self.config = config
         self.consts = {int(k): v for k, v in record["consts"].items()}
         self.metas = {int(k): (getattr(torch, d), tuple(s)) for k, (d, s) in (record.get("metas") or {}).items()}
         self.writes = [tuple(w) for w in record["writes"]]
@@ -136,7 +135,6 @@ class SavedGraph:
                                     f"{want[0]}{list(want[1])}" if want else f"weight {self.consts[i]} is {got}")
 
     def _load(self, data: bytes, consts: dict):
-        self._check(consts)
         g, _, _ = C.load_graph_bytes(data, const_resolver({self.consts[i]: t for i, t in consts.items()}))
         return g
 
@@ -146,6 +144,7 @@ class SavedGraph:
         self._check(consts)
 
         def build(consts, changed, prev, report):
+            self._check(consts)  # (a rebuild for changed weights too)
             if rec["kind"] == "static":
                 done = self.optimized is not None
                 low = Lowered.from_feeding(self._load(self.optimized if done else self.graph, consts), rec["feeding"])
