@@ -66,14 +66,12 @@ def aot_wrapper_reason(aot_gm, input_outputs: dict | None = None) -> str | None:
     if any(getattr(i, "mutation_type", None) == MutationType.MUTATED_OUT_GRAPH for i in meta.input_info):
         return "an input is written outside the graph (AOTAutograd's wrapper copies it back)"
     if input_outputs is not None:
-        for k, o in enumerate(meta.output_info):
-            if o.output_type == OutputType.is_input and o.base_idx is not None:
-                input_outputs[k] = o.base_idx
-    if any(o.output_type != OutputType.non_alias and k not in (input_outputs or {})
-           for k, o in enumerate(meta.output_info)):
-        return "an output aliases an input or another output (" + ", ".join(
-            f"output {k} {o.output_type.name} of {o.base_idx}" for k, o in enumerate(meta.output_info)
-            if o.output_type != OutputType.non_alias and k not in (input_outputs or {})) + ")"
+        input_outputs.update({k: o.base_idx for k, o in enumerate(meta.output_info)
+                              if o.output_type == OutputType.is_input and o.base_idx is not None})
+    aliasing = [f"output {k} {o.output_type.name} of {o.base_idx}" for k, o in enumerate(meta.output_info)
+                if o.output_type != OutputType.non_alias and k not in (input_outputs or {})]
+    if aliasing:
+        return "an output aliases an input or another output (" + ", ".join(aliasing) + ")"
     if getattr(meta, "num_intermediate_bases", 0):
         return "outputs share intermediate bases"
     if any(getattr(i, "mutates_metadata", False) for i in meta.input_info):

@@ -170,7 +170,7 @@ class Binder:
                     changed[i] = what
             if not changed:  # the guard saw a change that the description did not: rebuild everything
                 changed = {i: "changed" for i in b.positions}
-            for k, (i, t) in enumerate(zip(b.positions, b.tensors)):
+            for i, t in zip(b.positions, b.tensors):
                 a = args[i] if i < len(args) else None
                 if i in changed and isinstance(a, torch.Tensor) and (a.dtype, a.shape) != (t.dtype, t.shape):
                     # (Dynamo's guards see this before a call gets here; a saved graph replayed without
