@@ -12,13 +12,12 @@
 // weights widened and prepacked once. For batch-1 bf16 linear layers with
 // constant weights and no native bf16 support, a GEMV reads the bf16 weights
 // directly (decode is bound by weight bytes).
-#include <immintrin.h>
-
 #include <atomic>
 #include <mutex>
 
 #include "kernels/common.h"
 #include "kernels/epilogue.h"
+#include "kernels/gemv.h"
 #include "kernels/onednn_util.h"
 #include "base/background.h"
 
@@ -68,7 +67,9 @@ std::vector<TensorType> infer_linear(const std::vector<TensorType>& in, const At
   const TensorType &x = in[0], &w = in[1];
   AG_CHECK(x.rank() >= 1, "linear: input must have rank >= 1, got ", x.str());
   AG_CHECK(w.rank() == 2, "linear: weight must be [out, in], got ", w.str());
-  AG_CHECK(x.dtype == w.dtype, "linear: dtypes differ: input ", x.str(), ", weight ", w.str());
+  // (int8 weights with a float32/bfloat16 input: weight-only quantization, kernels/linear_int8.cpp)
+  const bool w_int8 = w.dtype == DType::i8 && (x.dtype == DType::f32 || x.dtype == DType::bf16);
+  AG_CHECK(x.dtype == w.dtype || w_int8, "linear: dtypes differ: input ", x.str(), ", weight ", w.str());
   AG_CHECK(float_ok(x.dtype), "linear: dtype ", dtype_name(x.dtype), " is not supported (float32, bfloat16, float16)");
   AG_CHECK(x.size(x.rank() - 1) == w.size(1), "linear: input ", x.str(), " has ", x.size(x.rank() - 1),
            " features but weight ", w.str(), " expects ", w.size(1));
@@ -447,85 +448,18 @@ class GemmKernel final : public Kernel {
     return true;
   }
 
-  static inline __m256 load8(const uint16_t* p) {  // 8 bf16 -> f32
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-  static inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
-  static inline float load1(const float* p) { return *p; }
-  static inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_hadd_ps(lo, lo);
-    lo = _mm_hadd_ps(lo, lo);
-    return _mm_cvtss_f32(lo);
-  }
-
-  // y[m, n] = epilogue(dot(x[m, :], W[n, :]) (+ bias[n])); W read once, straight from
-  // the constant. Results go to the f32 `of`, then (bf16) are rounded into `ob`,
-  // one thread's column block at a time while it is in cache.
-  template <typename W>
-  void gemv(const float* xf, const W* w, const float* bf, float* of, uint16_t* ob, void* const* in) const {
-    const int64_t K = K_, M = M_, N = N_;
-    // Four weight rows at a time: four independent accumulators share each load of x (the
-    // loop is bound by reading W, which this keeps streaming); a block's rows stay in cache
-    // for the other rows of x.
-    parallel_for(N, std::max<int64_t>(4, 65536 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
-      for (int64_t m = 0; m < M; ++m) {
-        const float* xr = xf + m * K;
-        int64_t n = nb;
-        for (; n + 4 <= ne; n += 4) {
-          const W* w0 = w + n * K;
-          const W *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-          __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-                 a3 = _mm256_setzero_ps();
-          int64_t k = 0;
-          for (; k + 8 <= K; k += 8) {
-            const __m256 xv = _mm256_loadu_ps(xr + k);
-            a0 = _mm256_fmadd_ps(load8(w0 + k), xv, a0);
-            a1 = _mm256_fmadd_ps(load8(w1 + k), xv, a1);
-            a2 = _mm256_fmadd_ps(load8(w2 + k), xv, a2);
-            a3 = _mm256_fmadd_ps(load8(w3 + k), xv, a3);
-          }
-          float s[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
-          const W* rows[4] = {w0, w1, w2, w3};
-          for (int i = 0; i < 4; ++i) {
-            for (int64_t kk = k; kk < K; ++kk) s[i] += load1(rows[i] + kk) * xr[kk];
-            of[m * N + n + i] = bf ? s[i] + bf[n + i] : s[i];
-          }
-        }
-        for (; n < ne; ++n) {
-          const W* wr = w + n * K;
-          __m256 acc = _mm256_setzero_ps();
-          int64_t k = 0;
-          for (; k + 8 <= K; k += 8) acc = _mm256_fmadd_ps(load8(wr + k), _mm256_loadu_ps(xr + k), acc);
-          float t = hsum(acc);
-          for (; k < K; ++k) t += load1(wr + k) * xr[k];
-          of[m * N + n] = bf ? t + bf[n] : t;
-        }
-      }
-      for (int64_t m = 0; m < M; ++m) {
-        float* seg = of + m * N + nb;
-        if (!s_.epi.empty()) s_.epi.apply(seg, m, nb, ne - nb, in, 0);
-        if (ob)
-          for (int64_t n = 0; n < ne - nb; ++n) ob[m * N + nb + n] = f32_to_bf16(seg[n]);
-      }
-    });
-  }
-
   void run_gemv(void* const* in, const void* bias, void* out, const RunCtx& ctx) const {
     const void* x = in[0];
     const float* bf = bias ? f32_bias(in, ctx) : nullptr;
     if (s_.t == DType::f32) {
-      gemv(static_cast<const float*>(x), static_cast<const float*>(s_.b_const), bf, static_cast<float*>(out),
-           nullptr, in);
+      gemv::run(static_cast<const float*>(x), static_cast<const float*>(s_.b_const), M_, N_, K_, bf,
+                static_cast<float*>(out), nullptr, s_.epi, in);
     } else {
       float* xf = ScratchLayout::at<float>(ctx, xf_);
       const uint16_t* xb = static_cast<const uint16_t*>(x);
       for (int64_t i = 0; i < M_ * K_; ++i) xf[i] = bf16_to_f32(xb[i]);
-      gemv(xf, static_cast<const uint16_t*>(s_.b_const), bf, ScratchLayout::at<float>(ctx, out_f32_),
-           static_cast<uint16_t*>(out), in);
+      gemv::run(xf, static_cast<const uint16_t*>(s_.b_const), M_, N_, K_, bf, ScratchLayout::at<float>(ctx, out_f32_),
+                static_cast<uint16_t*>(out), s_.epi, in);
     }
   }
 
@@ -583,6 +517,7 @@ std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
     M = 1;
     for (size_t i = 0; i + 1 < x.size(); ++i) M *= x[i];
   }
+  if (n.inputs[1]->type.dtype == DType::i8) return make_linear_int8(n, M, K, N);
   s.a = {M, K};
   s.b = {K, N};
   s.out = {M, N};

@@ -8,6 +8,10 @@
 //  - matmul(x, permute(w, [1, 0])[, bias]) with a 2-D w becomes linear(x, w[, bias])
 //    (bias carried when it is [out]), so weights are used in PyTorch's [out, in]
 //    layout with no transpose copy (and are prepacked when constant);
+//  - weight-only int8: matmul(x, convert(permute(w_int8, [1, 0]))) and linear(x, convert(w_int8))
+//    with a constant w_int8 and a float32/bfloat16 x become linear(x, w_int8) (torchao's
+//    Int8WeightOnlyConfig traces as mm(x, t(w).to(float)) * scale: the scale stays a mul, which
+//    fuse_epilogues absorbs), so the weights stay int8 in memory and are widened in registers;
 //  - sdpa(q, repeat_kv(k), repeat_kv(v)) becomes sdpa(q, k, v): transformers' repeat_kv
 //    (reshape to [B, Hk, 1, S, E], expand to R copies, reshape to [B, Hk*R, S, E]) copies the
 //    whole KV cache R times per layer and step; the sdpa kernel reads key head h / R itself
@@ -41,9 +45,29 @@ bool is_noop(const Node& n) {
   return false;
 }
 
+// The int8 constant that `v` converts to x's float dtype, if it is one (weight-only int8: the
+// linear kernel widens the int8 bytes itself, in registers or per block of its call).
+Value* int8_weight(Value* v, DType x_dtype) {
+  if (!is_op(v, "convert") || v->type.dtype != x_dtype || !(x_dtype == DType::f32 || x_dtype == DType::bf16))
+    return nullptr;
+  Value* w = v->producer->inputs[0];
+  return w->is_const() && w->storage && w->type.dtype == DType::i8 ? w : nullptr;
+}
+
+// matmul(x, convert(permute(w_int8, [1, 0]))) -> the permute it converts (to_linear then makes it
+// linear(x, w_int8)).
+Value* transposed_int8(Value* b, DType x_dtype) {
+  if (!is_op(b, "convert") || b->type.dtype != x_dtype) return nullptr;
+  Value* t = b->producer->inputs[0];
+  if (!is_op(t, "permute") || t->type.dtype != DType::i8) return nullptr;
+  Value* w = t->producer->inputs[0];
+  return w->is_const() && w->storage && (x_dtype == DType::f32 || x_dtype == DType::bf16) ? t : nullptr;
+}
+
 // matmul(x, permute(w, [1, 0])[, bias]) -> linear(x, w[, bias]) when the shapes allow.
 bool to_linear(Graph& g, Node* n) {
   Value* t = n->inputs[1];
+  if (Value* t8 = transposed_int8(t, n->inputs[0]->type.dtype)) t = t8;
   Value* w = t->producer->inputs[0];
   auto dims = t->producer->attrs.ints("dims");
   // a bias is carried when it is linear's [out] (matmul's may broadcast along other dims)
@@ -108,8 +132,16 @@ int canonicalize(Graph& g) {
           continue;
         }
       }
-      if (op == "matmul" && (n->inputs.size() == 2 || n->inputs.size() == 3) && is_op(n->inputs[1], "permute"))
+      if (op == "matmul" && (n->inputs.size() == 2 || n->inputs.size() == 3) &&
+          (is_op(n->inputs[1], "permute") || transposed_int8(n->inputs[1], n->inputs[0]->type.dtype)))
         matmuls.push_back(n);
+      if (op == "linear" && n->inputs.size() >= 2) {
+        if (Value* w8 = int8_weight(n->inputs[1], n->inputs[0]->type.dtype)) {
+          n->inputs[1] = w8;
+          ++changes;
+          continue;
+        }
+      }
     }
     for (Node* n : matmuls) changes += to_linear(g, n);
     if (changes) eliminate_dead_code(g);

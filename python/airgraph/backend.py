@@ -104,6 +104,38 @@ def _mutated_inputs(aot_gm: torch.fx.GraphModule) -> set[int] | None:
     return out
 
 
+def _flat_inputs(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str]):
+    """The ATen graph's inputs where AOTAutograd passes a tensor subclass's inner tensors in its place
+    (torchao's quantized weights: Int8Tensor's qdata, scale and zero_point), with the parameters'
+    positions among them (name.qdata, ...), so that those inner tensors are bound as constants like
+    any weight (read in place, checked per call). None unless the flattening matches the graph's
+    placeholders one for one (count, dtype and static shape of every parameter's tensor)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    flat, names = [], {}
+
+    def add(t, name):
+        if isinstance(t, torch.Tensor) and is_traceable_wrapper_subclass(t):
+            attrs, _ = t.__tensor_flatten__()
+            for a in attrs:
+                add(getattr(t, a), f"{name}.{a}" if name is not None else None)
+            return
+        if name is not None:
+            names[len(flat)] = name
+        flat.append(t)
+
+    for i, t in enumerate(real):
+        add(t, params.get(i))
+    phs = [n for n in aot_gm.graph.nodes if n.op == "placeholder"]
+    if len(phs) != len(flat):
+        return None
+    for i in names:
+        v, t = phs[i].meta.get("val"), flat[i]
+        if not (isinstance(v, torch.Tensor) and isinstance(t, torch.Tensor) and v.dtype == t.dtype
+                and all(type(d) is int for d in v.shape) and tuple(v.shape) == tuple(t.shape)):
+            return None
+    return flat, names
+
+
 def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str]) -> dict[int, torch.Tensor]:
     """The parameters and buffers to bind as engine constants: position -> tensor."""
     if not params:
@@ -203,9 +235,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
             return aot_compile_support.wrap(lambda *args: run(list(args)), state)
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
-        consts = _constants(aot_gm, real, params)
-        s = spec
         n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
+        flat = _flat_inputs(aot_gm, real, params) if n_ph != len(real) and params else None
+        const_names = flat[1] if flat else params
+        consts = _constants(aot_gm, flat[0] if flat else real, const_names)
+        s = spec
         if s is not None and n_ph != len(real):
             s = ShapeSpec(s.gears)  # AOTAutograd renumbered the inputs: the values stay inputs, no names
         # reason: why AOTAutograd's wrapper does more than call the graph (torch's aot_compile and the
@@ -218,7 +252,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
                      reason=saved_reason or (f"an output aliases an input or another output (outputs "
                                              f"{sorted(input_outputs)} are inputs)" if input_outputs else None))
         with _cache.deferring_stores() as aten_entries:
-            out = compile_aten_graph(aot_gm, consts, config, report, const_names=params, spec=s)
+            out = compile_aten_graph(aot_gm, consts, config, report, const_names=const_names, spec=s)
         report.compile_ms += key_ms
         # one entry per graph: the Dynamo graph's where it can be kept, else the ATen graph's
         with unset_fake_temporarily():

@@ -143,6 +143,78 @@ TEST(MatmulOps, MatmulOfPermutedWeightBecomesLinearWithBias) {
   EXPECT_EQ(r.got.ops.size(), 1u) << r.got.graph;
 }
 
+// ----------------------------------------------------------------------------- weight-only int8
+
+std::vector<int8_t> rand_int8(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> d(-128, 127);
+  std::vector<int8_t> v(n);
+  for (auto& e : v) e = static_cast<int8_t>(d(gen));
+  return v;
+}
+
+// x [M, K] (f32 or bf16) @ w_int8 [N, K]^T * scale[N] + bias[N], built as torchao's
+// Int8WeightOnlyConfig traces it (matmul of the transposed weight converted to x's dtype, then
+// mul and add): canonicalize and fuse_epilogues leave one linear node reading the int8 bytes,
+// the GEMV for up to four rows and the per-block widening beyond (K tails, row tails, column
+// blocks with a tail at K 4096), against a reference over the widened weights.
+struct Int8Case {
+  int64_t M, K, N;
+  DType t;
+  bool bias;
+};
+class LinearInt8 : public ::testing::TestWithParam<Int8Case> {};
+TEST_P(LinearInt8, TorchaoFormMatchesWidenedReference) {
+  const auto [M, K, N, t, with_bias] = GetParam();
+  const bool bf = t == DType::bf16;
+  auto x = randn(M * K, 21), scale = randn(N, 22), b = randn(N, 23);
+  if (bf) x = round_bf16(x), scale = round_bf16(scale), b = round_bf16(b);
+  auto w8 = rand_int8(N * K, 24);
+  std::vector<float> wf(w8.begin(), w8.end());
+  auto xb = to_bf16(x), sb = to_bf16(scale), bb = to_bf16(b);
+  test::OpCase c;
+  c.args = {{TensorType(t, {M, K}), bf ? static_cast<const void*>(xb.data()) : x.data()},
+            {TensorType(DType::i8, {N, K}), w8.data(), true},
+            {TensorType(t, {N}), bf ? static_cast<const void*>(sb.data()) : scale.data(), true},
+            {TensorType(t, {N}), bf ? static_cast<const void*>(bb.data()) : b.data(), true}};
+  c.build = [t, with_bias](Graph& g, const std::vector<Value*>& in) {
+    Node* tr = g.add_node("permute", {in[1]}, attrs({{"dims", Shape{1, 0}}}), "t");
+    Node* cv = g.add_node("convert", {tr->out()}, attrs({{"dtype", t}}), "to_float");
+    Node* mm = g.add_node("matmul", {in[0], cv->out()}, {}, "mm");
+    Value* y = g.add_node("mul", {mm->out(), in[2]}, {}, "scale")->out();
+    if (with_bias) y = g.add_node("add", {y, in[3]}, {}, "bias")->out();
+    return std::vector<Value*>{y};
+  };
+  auto ref = linear_ref(x, wf, nullptr, M, K, N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) ref[m * N + n] = ref[m * N + n] * scale[n] + (with_bias ? b[n] : 0.f);
+  c.want = test::want_values(ref);
+  // (int8 products reach 127 |x|: over K = 4096 the f32 sums' rounding reaches about 1e-2)
+  c.tol = bf ? test::Tol{2e-2, 1e-2} : test::Tol{5e-6 * static_cast<double>(K), 1e-4};
+  auto r = test::check_op(c);
+  EXPECT_EQ(r.got.ops, std::vector<std::string>{"linear"}) << r.got.graph;
+  ASSERT_EQ(r.got.kernels.size(), 1u);
+  EXPECT_NE(r.got.kernels[0].find(M <= 4 ? "gemv_int8_weights" : "int8_weights"), std::string::npos)
+      << r.got.kernels[0];
+}
+INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearInt8,
+                         ::testing::Values(Int8Case{1, 37, 19, DType::f32, true}, Int8Case{2, 256, 130, DType::f32, false},
+                                           Int8Case{3, 5, 7, DType::bf16, true}, Int8Case{4, 100, 33, DType::f32, true},
+                                           Int8Case{5, 37, 19, DType::f32, true}, Int8Case{8, 64, 33, DType::bf16, false},
+                                           Int8Case{33, 4096, 300, DType::f32, true},
+                                           Int8Case{17, 4096, 140, DType::bf16, true}));
+
+TEST(MatmulOps, LinearInt8WeightsMustBeConstant) {
+  auto x = randn(2 * 8, 25);
+  auto w8 = rand_int8(4 * 8, 26);
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        test::run_op("linear", {{TensorType(DType::f32, {2, 8}), x.data()}, {TensorType(DType::i8, {4, 8}), w8.data()}});
+      },
+      {"int8 weights must be a constant", "linear"}));
+  EXPECT_NE(test::build_error("linear", {TensorType(DType::f16, {2, 8}), TensorType(DType::i8, {4, 8})}), "");
+}
+
 // ----------------------------------------------------------------------------- conv
 
 // Naive 2-D cross-correlation (1-D when H == kh == 1).

@@ -1,7 +1,9 @@
 """Models users quantize with torchao (weight-only int8) compile with backend="airgraph" and give
-torchao's own eager answer (issue 26 starts here: today the int8 weight is still widened per call).
-Before, the compile cache's key read the data pointer of torchao's tensor-subclass weights and the
-first call failed (BackendCompilerFailed: invalid python storage)."""
+torchao's own eager answer, with the int8 weights read as int8 by the engine (canonicalize turns
+torchao's mm(x, t(w).to(float)) * scale into linear(x, w_int8) with the scale as a post-op; the
+kernel widens in registers: kernels/gemv.h, kernels/linear_int8.cpp). Before, the compile cache's
+key read the data pointer of torchao's tensor-subclass weights and the first call failed
+(BackendCompilerFailed: invalid python storage), and then the weights were widened per call."""
 import pytest
 import torch
 
@@ -10,12 +12,91 @@ import airgraph
 torchao = pytest.importorskip("torchao", reason="torchao is not installed (requirements-dev.txt installs it)")
 from torchao.quantization import Int8WeightOnlyConfig, quantize_  # noqa: E402
 
+from conftest import compile_native  # noqa: E402
 
-def _mlp():
+
+def _mlp(k=64, n=96, out=32, dtype=torch.float32):
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(), torch.nn.Linear(96, 32)).eval()
+    m = torch.nn.Sequential(torch.nn.Linear(k, n), torch.nn.ReLU(), torch.nn.Linear(n, out)).eval().to(dtype)
     quantize_(m, Int8WeightOnlyConfig())
     return m
+
+
+def _kernels(fn, x, monkeypatch):
+    """[(fx name, engine op, kernel name)] of the engine graphs compiled for fn(x) (fallback off)."""
+    import airgraph.backend as be
+    graphs = []
+    real = be.compile_aten_graph
+
+    def spy(*a, **k):
+        run = real(*a, **k)
+        graphs.extend(getattr(run, "engine_graphs", []))
+        return run
+
+    monkeypatch.setattr(be, "compile_aten_graph", spy)
+    with torch.no_grad():
+        got = compile_native(fn)(x)
+    return got, [i for g in graphs for i in g.exe.instructions()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 4, 5, 33])
+def test_int8_weights_stay_int8_in_the_engine(dtype, rows, monkeypatch):
+    """Every linear reads the int8 bytes (GEMV up to four rows, per-block widening beyond), no node
+    converts a weight per call, and the result is torchao's eager one. K = 100 and N = 300, 37:
+    K and row tails of the GEMV, a bias and ReLU after the scale."""
+    m = _mlp(100, 300, 37, dtype)
+    x = torch.randn(rows, 100, dtype=dtype)
+    got, ins = _kernels(m, x, monkeypatch)
+    with torch.no_grad():
+        want = m(x)
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    else:
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    linears = [k for _, op, k in ins if op == "linear"]
+    assert len(linears) == 2 and all(("gemv_int8" if rows <= 4 else "int8_weights") in k for k in linears), ins
+    assert not [op for _, op, _ in ins if op in ("convert", "matmul")], ins
+
+
+def test_weight_int8pack_mm_lowered(monkeypatch):
+    """torch's fused weight-only int8 op (gpt-fast): with constant weights it reads them as int8;
+    with the weights passed as an input it runs as written (a convert and a matmul)."""
+    torch.manual_seed(0)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.randint(-128, 128, (70, 45), dtype=torch.int8))
+            self.register_buffer("s", torch.rand(70) / 50)
+
+        def forward(self, x):
+            return torch.ops.aten._weight_int8pack_mm(x, self.w, self.s)
+
+    m = M()
+    for rows in (2, 9):
+        x = torch.randn(rows, 45)
+        got, ins = _kernels(m, x, monkeypatch)
+        torch.testing.assert_close(got, m(x), rtol=1e-4, atol=1e-4)
+        assert [k for _, op, k in ins if op == "linear"] and "int8_weights" in ins[0][2], ins
+    fn = lambda x, w, s: torch.ops.aten._weight_int8pack_mm(x, w, s)  # noqa: E731
+    x = torch.randn(3, 45)
+    with torch.no_grad():
+        torch.testing.assert_close(compile_native(fn)(x, m.w, m.s), fn(x, m.w, m.s), rtol=1e-4, atol=1e-4)
+
+
+def test_int8_weight_changed_in_place_is_seen():
+    """The int8 data and scale are bound in place: an in-place change of either after compiling
+    reaches the next call (the weight guard rebuilds), never a stale answer."""
+    m = _mlp()
+    c = torch.compile(m, backend="airgraph")
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+        m[0].weight.qdata.mul_(-1)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+        m[2].weight.scale.mul_(3)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cache", [True, False])

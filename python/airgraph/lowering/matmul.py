@@ -77,6 +77,19 @@ def _linear(ctx, node, x, w, b=None):
     return ctx.emit("linear", vids)
 
 
+@lowering(aten._weight_int8pack_mm.default)
+def _weight_int8pack_mm(ctx, node, x, w, scales):
+    """torch's weight-only int8 matmul (gpt-fast, older torchao): x [M, K] @ w[N, K]^T * scales[N]. Emitted as
+    matmul(x, convert(permute(w))) * scales, which canonicalize turns into linear(x, w_int8) (the
+    int8 bytes read in place) when w is a constant, and which runs as written otherwise."""
+    vx, vw, vs = ctx.value(x), ctx.value(w), ctx.value(scales)
+    dt = ctx.dtype(vx)
+    if dt not in _FLOAT or ctx.dtype(vw) != "int8" or ctx.dtype(vs) != dt or ctx.rank(vx) != 2 or ctx.rank(vw) != 2:
+        raise Unsupported(f"_weight_int8pack_mm of {dt} x, {ctx.dtype(vw)} weights, {ctx.dtype(vs)} scales")
+    wt = ctx.emit("convert", [ctx.emit("permute", [vw], {"dims": [1, 0]})], {"dtype": dt})
+    return ctx.emit("mul", [ctx.emit("matmul", [vx, wt]), vs])
+
+
 @lowering(aten.convolution.default)
 def _convolution(ctx, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     vids = _float_operands(ctx, x, w) if bias is None else _float_operands(ctx, x, w, bias)

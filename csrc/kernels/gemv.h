@@ -1,0 +1,96 @@
+// GEMV for few rows against constant [N, K] weights (PyTorch's linear layout), read once, straight
+// from where they are stored: a decode step is bound by the bytes of weights it reads, so the
+// weights are never copied, widened or packed for it. W is float (f32 weights), uint16_t (bf16
+// weights) or int8_t (weight-only int8: the integer value; a per-channel scale is a post-op of the
+// node). The row x is f32 (a bf16 input is widened by the caller); products are summed in f32.
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "base/parallel.h"
+#include "ir/dtype.h"
+#include "kernels/epilogue.h"
+
+namespace ag::gemv {
+
+inline __m256 load8(const uint16_t* p) {  // 8 bf16 -> f32
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const int8_t* p) {  // 8 int8 -> f32 (exact)
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
+inline float load1(const float* p) { return *p; }
+inline float load1(const int8_t* p) { return static_cast<float>(*p); }
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_hadd_ps(lo, lo);
+  lo = _mm_hadd_ps(lo, lo);
+  return _mm_cvtss_f32(lo);
+}
+
+// y[m, n] = epilogue(dot(x[m, :], W[n, :]) (+ bias[n])) for m < M. Results go to the f32 `of`
+// ([M, N]), then, when `ob` is given, are rounded to bf16 into it, one thread's column block at
+// a time while it is in cache. `in` is the node's inputs (the epilogue's operands).
+template <typename W>
+void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const float* bf, float* of, uint16_t* ob,
+         const epi::Epilogue& e, void* const* in) {
+  // Four weight rows at a time: four independent accumulators share each load of x (the loop is
+  // bound by reading W, which this keeps streaming); a block's rows stay in cache for the other
+  // rows of x.
+  parallel_for(N, std::max<int64_t>(4, 65536 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = xf + m * K;
+      int64_t n = nb;
+      for (; n + 4 <= ne; n += 4) {
+        const W* w0 = w + n * K;
+        const W *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) {
+          const __m256 xv = _mm256_loadu_ps(xr + k);
+          a0 = _mm256_fmadd_ps(load8(w0 + k), xv, a0);
+          a1 = _mm256_fmadd_ps(load8(w1 + k), xv, a1);
+          a2 = _mm256_fmadd_ps(load8(w2 + k), xv, a2);
+          a3 = _mm256_fmadd_ps(load8(w3 + k), xv, a3);
+        }
+        float s[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
+        const W* rows[4] = {w0, w1, w2, w3};
+        for (int i = 0; i < 4; ++i) {
+          for (int64_t kk = k; kk < K; ++kk) s[i] += load1(rows[i] + kk) * xr[kk];
+          of[m * N + n + i] = bf ? s[i] + bf[n + i] : s[i];
+        }
+      }
+      for (; n < ne; ++n) {
+        const W* wr = w + n * K;
+        __m256 acc = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) acc = _mm256_fmadd_ps(load8(wr + k), _mm256_loadu_ps(xr + k), acc);
+        float t = hsum(acc);
+        for (; k < K; ++k) t += load1(wr + k) * xr[k];
+        of[m * N + n] = bf ? t + bf[n] : t;
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      float* seg = of + m * N + nb;
+      if (!e.empty()) e.apply(seg, m, nb, ne - nb, in, 0);
+      if (ob)
+        for (int64_t n = 0; n < ne - nb; ++n) ob[m * N + nb + n] = f32_to_bf16(seg[n]);
+    }
+  });
+}
+
+}  // namespace ag::gemv
+
+namespace ag {
+struct Node;
+class Kernel;
+// linear(x, w[, bias]) with int8 weights (kernels/linear_int8.cpp), x viewed as [M, K].
+std::unique_ptr<Kernel> make_linear_int8(const Node& n, int64_t M, int64_t K, int64_t N);
+}  // namespace ag
