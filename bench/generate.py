@@ -19,6 +19,7 @@ the middle length) divided by the copy bandwidth measured here.
 
   .venv/bin/python bench/generate.py                      # zoo decoder (small), batch 1 and 4
   .venv/bin/python bench/generate.py --model 0.5b --batches 1
+  .venv/bin/python bench/generate.py --model 0.5b --weights fp32,bf16,int8,int4 --caches static --batches 1
   .venv/bin/python bench/generate.py --overhead          # one decode call's fixed cost, layer by layer
 
 Models: small = the zoo's LLaMA-style decoder, small config, with its KV cache on; full = the zoo's
@@ -66,6 +67,51 @@ def build_model(name: str):
     return model.eval()
 
 
+WEIGHTS = ("fp32", "bf16", "int8", "int4")
+
+
+def apply_weights(model, weights: str):
+    """The model with its weights as users make them: fp32 as built; bf16 (`model.to(torch.bfloat16)`);
+    int8 (torchao's Int8WeightOnlyConfig: per-channel int8, fp32 activations); int4 (bf16, then
+    torchao's int4 weight-only for CPU, group size 128: aten._weight_int4pack_mm_for_cpu)."""
+    import torch
+
+    if weights == "fp32":
+        return model
+    if weights == "bf16":
+        return model.to(torch.bfloat16)
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    if weights == "int8":
+        quantize_(model, Int8WeightOnlyConfig())
+        return model
+    if weights == "int4":
+        from torchao.prototype.quantization.int4.inference_workflow import PrototypeInt4WeightOnlyConfig
+
+        model = model.to(torch.bfloat16)
+        quantize_(model, PrototypeInt4WeightOnlyConfig(group_size=128))
+        return model
+    raise SystemExit(f"unknown weights {weights!r} ({', '.join(WEIGHTS)})")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike getrusage's ru_maxrss, not carried over
+    from the process that started it)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def tensor_bytes(t) -> int:
+    """Bytes of a tensor, through a tensor subclass's inner tensors (torchao's qdata, scale, ...)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        return sum(tensor_bytes(getattr(t, n)) for n in t.__tensor_flatten__()[0])
+    return t.numel() * t.element_size()
+
+
 def _compile(model, backend: str):
     import torch
 
@@ -98,7 +144,7 @@ def worker(a) -> dict:
     import torch
 
     torch.set_num_threads(THREADS)
-    model = build_model(a.model)
+    model = apply_weights(build_model(a.model), a.weight)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, model.config.vocab_size, (a.batch, a.prompt), generator=g)
     mask = torch.ones_like(ids)
@@ -144,6 +190,7 @@ def worker(a) -> dict:
             pre.append(p)
             steps += s
             tokens.append(toks.tolist())
+    res["peak_rss_mb"] = peak_rss_mb()
     res["prefill_ms"] = statistics.median(pre)
     res["decode_ms"] = statistics.median(steps)
     res["tokens"] = tokens
@@ -177,7 +224,7 @@ def overhead(a) -> dict:
     import airgraph.compiler as ac
 
     torch.set_num_threads(THREADS)
-    model = build_model(a.model)
+    model = apply_weights(build_model(a.model), a.weight)
     ids = torch.randint(3, model.config.vocab_size, (a.batch, a.prompt), generator=torch.Generator().manual_seed(1))
     kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
     if a.cache == "static":
@@ -249,18 +296,19 @@ def bandwidth_gbs() -> float:
     return 2 * src.numel() * 4 / best / 1e9
 
 
-def floor_ms(model_name: str, batch: int, mid_len: int, gbs: float) -> float:
-    """Bytes one decode step reads (every weight once, embedding rows aside, and the KV cache at
-    mid_len positions) over the copy bandwidth."""
-    model = build_model(model_name)
+def floor_ms(model_name: str, batch: int, mid_len: int, gbs: float, weights: str = "fp32") -> float:
+    """Bytes one decode step reads (every weight once in the form `weights` stores it, embedding rows
+    aside, and the KV cache at mid_len positions) over the copy bandwidth."""
+    model = apply_weights(build_model(model_name), weights)
     cfg = model.config
     emb = model.get_input_embeddings().weight
     tied = model.get_output_embeddings().weight is emb
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    wbytes = sum(tensor_bytes(p) for p in model.parameters())
     if not tied:  # the input embedding is read a row per token, not whole
-        weights -= emb.numel() * emb.element_size()
+        wbytes -= tensor_bytes(emb)
     head_dim = cfg.hidden_size // cfg.num_attention_heads
-    kv = 2 * cfg.num_hidden_layers * batch * cfg.num_key_value_heads * mid_len * head_dim * 4
+    kv = 2 * cfg.num_hidden_layers * batch * cfg.num_key_value_heads * mid_len * head_dim * (4 if weights == "fp32" else 2)
+    weights = wbytes
     return (weights + kv) / (gbs * 1e9) * 1000
 
 
@@ -270,6 +318,7 @@ def main():
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--caches", default="dynamic,static")
     ap.add_argument("--batches", default="1,4")
+    ap.add_argument("--weights", default="fp32", help=f"comma-separated, of {', '.join(WEIGHTS)}")
     ap.add_argument("--prompt", type=int, default=32, help="prompt length")
     ap.add_argument("--new", type=int, default=64, help="new tokens per generate()")
     ap.add_argument("--repeats", type=int, default=3)
@@ -281,6 +330,7 @@ def main():
     ap.add_argument("--backend", default="", help=argparse.SUPPRESS)
     ap.add_argument("--cache", default="", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--weight", default="fp32", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         print("RESULT " + json.dumps(overhead(a) if a.overhead else worker(a)), flush=True)
@@ -320,8 +370,8 @@ def main():
             json.dump(rows, f, indent=1)
 
 
-TABLE_HEADER = ("| cache | batch | backend | first generate() (ms) | prefill (ms) | decode (ms/token) "
-                "| floor (ms/token) | tokens = eager | notes |\n|---|---|---|---|---|---|---|---|---|")
+TABLE_HEADER = ("| weights | cache | batch | backend | first generate() (ms) | prefill (ms) | decode (ms/token) "
+                "| floor (ms/token) | peak RSS (MB) | tokens = eager | notes |\n|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def measure(a, gbs: float, log=None) -> list[dict]:
@@ -331,23 +381,25 @@ def measure(a, gbs: float, log=None) -> list[dict]:
     backend, cache, batch, floor_ms and, where eager's tokens are known, equal (every generate()'s
     tokens the same as eager's first)."""
     rows, floors = [], {}
-    for cache in a.caches.split(","):
-        for batch in [int(b) for b in a.batches.split(",")]:
-            if batch not in floors:  # the floor does not depend on the cache's kind
-                floors[batch] = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs)
-            ref = None
-            cc_dir = tempfile.mkdtemp(prefix="airgraph-bench-cc-")
-            for backend in a.backends.split(","):
-                r = _run_worker(a, backend, cache, batch, env={"AIRGRAPH_BENCH_CC_DIR": cc_dir,
-                                                              "TORCHINDUCTOR_CACHE_DIR": os.path.join(cc_dir, "inductor")})
-                if backend == "eager" and "tokens" in r:
-                    ref = r["tokens"][0]
-                if "tokens" in r and ref is not None:
-                    r["equal"] = all(t == ref for t in r["tokens"])
-                r.update(backend=backend, cache=cache, batch=batch, floor_ms=floors[batch])
-                rows.append(r)
-                if log:
-                    log(r)
+    for weights in getattr(a, "weights", "fp32").split(","):
+        for cache in a.caches.split(","):
+            for batch in [int(b) for b in a.batches.split(",")]:
+                if (weights, batch) not in floors:  # the floor does not depend on the cache's kind
+                    floors[weights, batch] = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs, weights)
+                ref = None
+                cc_dir = tempfile.mkdtemp(prefix="airgraph-bench-cc-")
+                for backend in a.backends.split(","):
+                    r = _run_worker(a, backend, cache, batch, ["--weight", weights],
+                                    env={"AIRGRAPH_BENCH_CC_DIR": cc_dir,
+                                         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cc_dir, "inductor")})
+                    if backend == "eager" and "tokens" in r:
+                        ref = r["tokens"][0]
+                    if "tokens" in r and ref is not None:
+                        r["equal"] = all(t == ref for t in r["tokens"])
+                    r.update(backend=backend, cache=cache, batch=batch, weights=weights, floor_ms=floors[weights, batch])
+                    rows.append(r)
+                    if log:
+                        log(r)
     return rows
 
 
@@ -380,8 +432,10 @@ def _run_worker(a, backend: str, cache: str, batch: int, extra=(), env=None) -> 
 
 
 def _row(r: dict) -> str:
+    w = r.get("weights", "fp32")
     if "error" in r:
-        return f"| {r['cache']} | {r['batch']} | {r['backend']} | - | - | - | {r['floor_ms']:.2f} | - | {r['error']} |"
+        return (f"| {w} | {r['cache']} | {r['batch']} | {r['backend']} | - | - | - | {r['floor_ms']:.2f} | - | - | "
+                f"{r['error']} |")
     notes = [f"first token {r['first_token_ms']:.0f} ms"] if "first_token_ms" in r else []
     if "dynamo_frames" in r:
         notes.append(f"{r['dynamo_frames']} frames traced by Dynamo")
@@ -390,8 +444,8 @@ def _row(r: dict) -> str:
         if r.get("build_ms_median") is not None:
             notes.append(f"{r['build_ms_median']:.1f} ms per new size")
     eq = {True: "yes", False: "NO"}.get(r.get("equal"), "-")
-    return (f"| {r['cache']} | {r['batch']} | {r['backend']} | {r['first_ms']:.0f} | {r['prefill_ms']:.2f} | "
-            f"{r['decode_ms']:.2f} | {r['floor_ms']:.2f} | {eq} | {'; '.join(notes)} |")
+    return (f"| {w} | {r['cache']} | {r['batch']} | {r['backend']} | {r['first_ms']:.0f} | {r['prefill_ms']:.2f} | "
+            f"{r['decode_ms']:.2f} | {r['floor_ms']:.2f} | {r.get('peak_rss_mb', 0):.0f} | {eq} | {'; '.join(notes)} |")
 
 
 if __name__ == "__main__":

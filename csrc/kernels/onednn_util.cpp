@@ -1,5 +1,7 @@
 #include "kernels/onednn_util.h"
 
+#include <atomic>
+
 #include <cstdlib>
 
 #include "kernels/common.h"
@@ -159,6 +161,22 @@ void PrepackCache::put(const Key& k, const Buffer& b) {
   entries_.emplace_back(k, b.p);
 }
 
+namespace {
+std::atomic<int64_t> g_packed_bytes{0};
+
+// A buffer for weights in another layout or dtype than the caller's, counted while it lives.
+Buffer counted_buffer(size_t bytes) {
+  Buffer raw = alloc_buffer(bytes);
+  g_packed_bytes += static_cast<int64_t>(bytes);
+  Buffer b;
+  b.p = std::shared_ptr<void>(raw.data(), [keep = raw.p, bytes](void*) { g_packed_bytes -= static_cast<int64_t>(bytes); });
+  b.bytes = bytes;
+  return b;
+}
+}  // namespace
+
+int64_t packed_weight_bytes() { return g_packed_bytes.load(); }
+
 const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bool widen,
                     const dnnl::memory::desc& from, const dnnl::memory::desc& to, Buffer& packed,
                     const std::function<void(float*)>& adjust) {
@@ -172,7 +190,7 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
   Buffer tmp;
   const void* s = src;
   if (widen) {
-    tmp = alloc_buffer(static_cast<size_t>(n) * 4);
+    tmp = counted_buffer(static_cast<size_t>(n) * 4);
     to_f32(t, src, static_cast<float*>(tmp.data()), n);
     if (adjust) adjust(static_cast<float*>(tmp.data()));
     s = tmp.data();
@@ -180,7 +198,7 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
   Reorder ro;
   ro.init(from, to);
   if (ro.needed) {
-    packed = alloc_buffer(to.get_size());
+    packed = counted_buffer(to.get_size());
     ro.run_once(const_cast<void*>(s), packed.data());
   } else {
     packed = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)

@@ -103,6 +103,9 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
                     const dnnl::memory::desc& from, const dnnl::memory::desc& to, Buffer& packed,
                     const std::function<void(float*)>& adjust = {});
 
+// Bytes of weights held in another layout or dtype than the caller's (prepack's copies), process-wide.
+int64_t packed_weight_bytes();
+
 // Packed weights shared by the kernels of builds that name it in their BuildCtx (one set of bound
 // weights). Holds them weakly: they live
 // as long as a kernel uses them.

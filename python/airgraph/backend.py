@@ -109,9 +109,10 @@ def _flat_inputs(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str
     (torchao's quantized weights: Int8Tensor's qdata, scale and zero_point), with the parameters'
     positions among them (name.qdata, ...), so that those inner tensors are bound as constants like
     any weight (read in place, checked per call). None unless the flattening matches the graph's
-    placeholders one for one (count, dtype and static shape of every parameter's tensor)."""
+    placeholders one for one (count, dtype and static shape of every parameter's tensor). Also
+    where each other input went: old position -> new."""
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-    flat, names = [], {}
+    flat, names, moved = [], {}, {}
 
     def add(t, name):
         if isinstance(t, torch.Tensor) and is_traceable_wrapper_subclass(t):
@@ -124,6 +125,8 @@ def _flat_inputs(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str
         flat.append(t)
 
     for i, t in enumerate(real):
+        if not (isinstance(t, torch.Tensor) and is_traceable_wrapper_subclass(t)):
+            moved[i] = len(flat)
         add(t, params.get(i))
     phs = [n for n in aot_gm.graph.nodes if n.op == "placeholder"]
     if len(phs) != len(flat):
@@ -133,7 +136,7 @@ def _flat_inputs(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str
         if not (isinstance(v, torch.Tensor) and isinstance(t, torch.Tensor) and v.dtype == t.dtype
                 and all(type(d) is int for d in v.shape) and tuple(v.shape) == tuple(t.shape)):
             return None
-    return flat, names
+    return flat, names, moved
 
 
 def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str]) -> dict[int, torch.Tensor]:
@@ -240,7 +243,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         const_names = flat[1] if flat else params
         consts = _constants(aot_gm, flat[0] if flat else real, const_names)
         s = spec
-        if s is not None and n_ph != len(real):
+        if s is not None and flat:  # the subclasses' inner tensors took their places: renumbered
+            s = ShapeSpec(s.gears, {flat[2][i]: v for i, v in s.values.items() if i in flat[2]},
+                          {flat[2][i]: v for i, v in s.names.items() if i in flat[2]}, s.symbol_names)
+        elif s is not None and n_ph != len(real):
             s = ShapeSpec(s.gears)  # AOTAutograd renumbered the inputs: the values stay inputs, no names
         # reason: why AOTAutograd's wrapper does more than call the graph (torch's aot_compile and the
         # Dynamo-level cache entry need it to do nothing); saved_reason: the same except for outputs that
