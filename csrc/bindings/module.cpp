@@ -495,8 +495,9 @@ NB_MODULE(_C, m) {
       .def(
           "compile",
           [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache,
-             std::shared_ptr<ArenaSource> arena, KernelCache* kernels, bool background) {
+             std::shared_ptr<ArenaSource> arena, KernelCache* kernels, bool background, int64_t pack_rows) {
             CompileOptions o;
+            o.build.pack_rows = pack_rows;  // GEMMs with fewer rows pack their constant weights
             o.allow_inplace = inplace;
             o.build.prepack = cache;         // programs sharing a cache share packed weights
             o.build.background = background; // weights packed after the first run (base/background.h)
@@ -506,6 +507,7 @@ NB_MODULE(_C, m) {
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
           nb::arg("arena").none() = nb::none(), nb::arg("kernels").none() = nb::none(), nb::arg("background") = false,
+          nb::arg("pack_rows") = INT64_MAX,
           nb::rv_policy::take_ownership);
 
   // Kernels shared by the programs of one graph's sizes (a node seen before reuses its kernel).

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "base/parallel.h"
 #include "ir/dtype.h"
@@ -35,6 +36,44 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // (GCC 12's avx512fintrin.h, inlined here)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f"))) inline __m512 wide16(const int8_t* p) {  // 16 int8 -> f32 (exact)
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Dot products of four int8 weight rows with x over k < K - K % 32 on AVX-512 (16 lanes, two
+// accumulators a row: the loop is bound by widening the weights, not by the FMAs' latency); the
+// sums go to s[0..3] and the rest of K is the caller's. Chosen at run time (has_avx512()).
+__attribute__((target("avx512f"))) inline int64_t dot4_s8_avx512(const float* xr, const int8_t* w0, int64_t K,
+                                                                   float* s) {
+  const int8_t *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+  __m512 a[8];
+  for (auto& v : a) v = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    const __m512 x0 = _mm512_loadu_ps(xr + k), x1 = _mm512_loadu_ps(xr + k + 16);
+    a[0] = _mm512_fmadd_ps(wide16(w0 + k), x0, a[0]);
+    a[1] = _mm512_fmadd_ps(wide16(w1 + k), x0, a[1]);
+    a[2] = _mm512_fmadd_ps(wide16(w2 + k), x0, a[2]);
+    a[3] = _mm512_fmadd_ps(wide16(w3 + k), x0, a[3]);
+    a[4] = _mm512_fmadd_ps(wide16(w0 + k + 16), x1, a[4]);
+    a[5] = _mm512_fmadd_ps(wide16(w1 + k + 16), x1, a[5]);
+    a[6] = _mm512_fmadd_ps(wide16(w2 + k + 16), x1, a[6]);
+    a[7] = _mm512_fmadd_ps(wide16(w3 + k + 16), x1, a[7]);
+  }
+  for (int i = 0; i < 4; ++i) s[i] = _mm512_reduce_add_ps(_mm512_add_ps(a[i], a[i + 4]));
+  return k;
+}
+
+#pragma GCC diagnostic pop
+
+inline bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+
 // y[m, n] = epilogue(dot(x[m, :], W[n, :]) (+ bias[n])) for m < M. Results go to the f32 `of`
 // ([M, N]), then, when `ob` is given, are rounded to bf16 into it, one thread's column block at
 // a time while it is in cache. `in` is the node's inputs (the epilogue's operands).
@@ -44,6 +83,7 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
   // Four weight rows at a time: four independent accumulators share each load of x (the loop is
   // bound by reading W, which this keeps streaming); a block's rows stay in cache for the other
   // rows of x.
+  const bool avx512 = has_avx512();
   parallel_for(N, std::max<int64_t>(4, 65536 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
     for (int64_t m = 0; m < M; ++m) {
       const float* xr = xf + m * K;
@@ -53,6 +93,10 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
         const W *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         int64_t k = 0;
+        float s[4] = {0, 0, 0, 0};
+        if constexpr (std::is_same_v<W, int8_t>) {
+          if (avx512) k = dot4_s8_avx512(xr, w0, K, s);
+        }
         for (; k + 8 <= K; k += 8) {
           const __m256 xv = _mm256_loadu_ps(xr + k);
           a0 = _mm256_fmadd_ps(load8(w0 + k), xv, a0);
@@ -60,7 +104,7 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
           a2 = _mm256_fmadd_ps(load8(w2 + k), xv, a2);
           a3 = _mm256_fmadd_ps(load8(w3 + k), xv, a3);
         }
-        float s[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
+        s[0] += hsum(a0), s[1] += hsum(a1), s[2] += hsum(a2), s[3] += hsum(a3);
         const W* rows[4] = {w0, w1, w2, w3};
         for (int i = 0; i < 4; ++i) {
           for (int64_t kk = k; kk < K; ++kk) s[i] += load1(rows[i] + kk) * xr[kk];

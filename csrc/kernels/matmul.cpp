@@ -126,6 +126,7 @@ class GemmKernel final : public Kernel {
       return;
     }
     if (try_gemv()) return;
+    in_place_ = out_n_ / std::max<int64_t>(s.out.back(), 1) >= ctx.pack_rows;
     // activations run by hand on the f32 result (epilogue.h): a 16-bit GEMM then writes f32
     dst_f32_ = s.t != DType::f32 && s.epi.binary_end(0) < s.epi.ops.size();
     // 1. native dtype, 2. f32 emulation with bias fused, 3. f32 emulation, bias added by hand.
@@ -244,7 +245,12 @@ class GemmKernel final : public Kernel {
     dnnl::memory::desc b_plain = plain_b(d);
     dnnl::memory::desc b_md = s_.b_const ? dnnl::memory::desc(to_dims(s_.b), d, dnnl::memory::format_tag::any) : b_plain;
     dnnl::matmul::primitive_desc pd;
-    if (!make_pd(pd, d, with_bias, k, b_md)) return false;
+    if (s_.b_const && in_place_ && d == to_dnnl(s_.t) && make_pd(pd, d, with_bias, k, b_plain) &&
+        std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
+      b_md = b_plain;  // wide enough: the weights as stored, no packed copy
+    } else if (!make_pd(pd, d, with_bias, k, b_md)) {
+      return false;
+    }
     std::string impl(pd.impl_info_str());
     if (s_.b_const && d == to_dnnl(s_.t) && pd.weights_desc().get_inner_nblks() == 0 &&
         pd.weights_desc() != b_plain) {
@@ -466,6 +472,7 @@ class GemmKernel final : public Kernel {
   GemmSpec s_;
   Mode mode_ = Mode::Dnnl;
   bool emu_ = false, manual_bias_ = false;
+  bool in_place_ = false;  // constant weights read as stored (BuildCtx::pack_rows)
   int64_t out_n_ = 0, a_n_ = 0, b_n_ = 0, bias_n_ = 0;
   Exec exec_;  // (with deferred_, its weights are packed_ptr_, set per call once the background thread made them)
   dnnl::matmul::primitive_desc pd_;  // exec_'s

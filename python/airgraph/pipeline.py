@@ -73,7 +73,7 @@ def compile_lowered(low: Lowered, config: CompilerConfig, report: CompileReport,
     text = str(g) if keep_text else ""
     s = shared
     exe = g.compile(config.allow_inplace, config.fault_node, s and s.prepack_cache, s and s.arena,
-                    s and s.kernel_cache, config.background_packing)
+                    s and s.kernel_cache, config.background_packing, config.pack_rows())
     watchers = [o for o in observers if hasattr(o, "called")]
     watch = None if not watchers else watchers[0] if len(watchers) == 1 else _Watchers(watchers)
     eg = EngineGraph(gid, exe, low, config.num_threads, text, watch, writes)

@@ -10,6 +10,8 @@ import copy
 import logging
 import threading
 
+import gc
+
 import pytest
 import torch
 
@@ -391,3 +393,35 @@ def test_old_option_name_is_rejected_with_the_new_name():
         airgraph.CompilerConfig.from_options({"freeze_parameters": True})
     assert airgraph.CompilerConfig().frozen_parameters is False
     assert airgraph.CompilerConfig.from_options({"frozen_parameters": True}).frozen_parameters is True
+
+
+@pytest.mark.parametrize("pack", ["auto", "always"])
+def test_wide_gemms_read_the_weights_in_place(pack):
+    """One copy of the weights: by default (pack_weights="auto") a GEMM of 16 rows or more and a
+    GEMV of up to 4 read the parameter's own memory (no packed copy is made: the process-wide count
+    of packed bytes does not move); pack_weights="always" packs the 64-row GEMM's 16 MiB weight
+    (the count grows by its size, so the count is no constant)."""
+    from airgraph._core import C
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1024, 4096).eval()
+    cfg = airgraph.CompilerConfig(cache_dir="", pack_weights=pack, background_packing=False)
+    before = C.packed_weight_bytes()
+    with torch.no_grad():
+        for rows in (64, 1):
+            torch._dynamo.reset()
+            f = torch.compile(lin, backend=airgraph.get_backend(cfg), dynamic=False)
+            x = torch.randn(rows, 1024)
+            torch.testing.assert_close(f(x), lin(x), rtol=1e-4, atol=1e-4)
+            grown = C.packed_weight_bytes() - before
+            if pack == "auto" or rows == 1:  # (the 64-row graph of "always" was freed before)
+                assert grown == 0, (rows, grown)
+            else:
+                assert grown >= lin.weight.numel() * 4, grown
+            del f
+            torch._dynamo.reset()
+            gc.collect()
+
+
+def test_pack_weights_option_is_checked():
+    with pytest.raises(ValueError, match="pack_weights='sometimes'"):
+        airgraph.CompilerConfig(pack_weights="sometimes")
