@@ -42,17 +42,23 @@ inline float hsum(__m256 v) {
 __attribute__((target("avx512f"))) inline __m512 wide16(const int8_t* p) {  // 16 int8 -> f32 (exact)
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
+__attribute__((target("avx512f"))) inline __m512 wide16(const uint16_t* p) {  // 16 bf16 -> f32 (exact)
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
 
-// Dot products of four int8 weight rows with x over k < K - K % 32 on AVX-512 (16 lanes, two
-// accumulators a row: the loop is bound by widening the weights, not by the FMAs' latency); the
+// Dot products of four int8 or bf16 weight rows with x over k < K - K % 32 on AVX-512 (16 lanes,
+// two accumulators a row: the loop is bound by widening the weights, not by the FMAs' latency); the
 // sums go to s[0..3] and the rest of K is the caller's. Chosen at run time (has_avx512()).
-__attribute__((target("avx512f"))) inline int64_t dot4_s8_avx512(const float* xr, const int8_t* w0, int64_t K,
-                                                                   float* s) {
-  const int8_t *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+template <typename W>
+__attribute__((target("avx512f"))) inline int64_t dot4_avx512(const float* xr, const W* w0, int64_t K, float* s) {
+  const W *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
   __m512 a[8];
   for (auto& v : a) v = _mm512_setzero_ps();
   int64_t k = 0;
+  const int64_t ahead = 4 * K;  // the next four rows (the caller's next block), fetched while these are summed
   for (; k + 32 <= K; k += 32) {
+    for (const W* r : {w0, w1, w2, w3}) _mm_prefetch(reinterpret_cast<const char*>(r + ahead + k), _MM_HINT_T0);
     const __m512 x0 = _mm512_loadu_ps(xr + k), x1 = _mm512_loadu_ps(xr + k + 16);
     a[0] = _mm512_fmadd_ps(wide16(w0 + k), x0, a[0]);
     a[1] = _mm512_fmadd_ps(wide16(w1 + k), x0, a[1]);
@@ -94,8 +100,8 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         int64_t k = 0;
         float s[4] = {0, 0, 0, 0};
-        if constexpr (std::is_same_v<W, int8_t>) {
-          if (avx512) k = dot4_s8_avx512(xr, w0, K, s);
+        if constexpr (!std::is_same_v<W, float>) {  // (f32 rows: bound by memory, not by widening)
+          if (avx512) k = dot4_avx512(xr, w0, K, s);
         }
         for (; k + 8 <= K; k += 8) {
           const __m256 xv = _mm256_loadu_ps(xr + k);
@@ -135,6 +141,7 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
 namespace ag {
 struct Node;
 class Kernel;
-// linear(x, w[, bias]) with int8 weights (kernels/linear_int8.cpp), x viewed as [M, K].
-std::unique_ptr<Kernel> make_linear_int8(const Node& n, int64_t M, int64_t K, int64_t N);
+// linear(x, w[, bias]) with constant int8 weights, or bf16 ones where oneDNN has no native bf16 matmul,
+// read in place and widened by the kernel (kernels/linear_widened.cpp); x viewed as [M, K].
+std::unique_ptr<Kernel> make_linear_widened(const Node& n, int64_t M, int64_t K, int64_t N);
 }  // namespace ag

@@ -67,7 +67,7 @@ std::vector<TensorType> infer_linear(const std::vector<TensorType>& in, const At
   const TensorType &x = in[0], &w = in[1];
   AG_CHECK(x.rank() >= 1, "linear: input must have rank >= 1, got ", x.str());
   AG_CHECK(w.rank() == 2, "linear: weight must be [out, in], got ", w.str());
-  // (int8 weights with a float32/bfloat16 input: weight-only quantization, kernels/linear_int8.cpp)
+  // (int8 weights with a float32/bfloat16 input: weight-only quantization, kernels/linear_widened.cpp)
   const bool w_int8 = w.dtype == DType::i8 && (x.dtype == DType::f32 || x.dtype == DType::bf16);
   AG_CHECK(x.dtype == w.dtype || w_int8, "linear: dtypes differ: input ", x.str(), ", weight ", w.str());
   AG_CHECK(float_ok(x.dtype), "linear: dtype ", dtype_name(x.dtype), " is not supported (float32, bfloat16, float16)");
@@ -125,7 +125,7 @@ class GemmKernel final : public Kernel {
       prepare_manual_bias();
       return;
     }
-    if (try_gemv()) return;
+    if (try_gemv(ctx)) return;
     in_place_ = out_n_ / std::max<int64_t>(s.out.back(), 1) >= ctx.pack_rows;
     // activations run by hand on the f32 result (epilogue.h): a 16-bit GEMM then writes f32
     dst_f32_ = s.t != DType::f32 && s.epi.binary_end(0) < s.epi.ops.size();
@@ -418,12 +418,14 @@ class GemmKernel final : public Kernel {
   }
 
   // --- GEMV for constant [N, K] weights and few rows -------------------------------
-  bool try_gemv() {
+  bool try_gemv(const BuildCtx& ctx) {
     const size_t r = s_.out.size();
     if (!(s_.t == DType::bf16 || s_.t == DType::f32) || !s_.b_nk || !s_.b_const || r != 2) return false;
     int64_t M = s_.a[0];
     if (M > 4) return false;
-    if (s_.t == DType::bf16) {  // prefer oneDNN when it runs bf16 natively
+    // bf16: oneDNN when it runs bf16 natively and the weights may be packed for so few rows
+    // (pack_weights "always"); by default the GEMV reads them in place, as fast
+    if (s_.t == DType::bf16 && ctx.pack_rows > M && ctx.pack_rows == INT64_MAX) {
       dnnl::matmul::primitive_desc pd;
       if (try_make_pd(pd, [&] {
             return dnnl::matmul::primitive_desc(
@@ -495,6 +497,21 @@ class GemmKernel final : public Kernel {
   int64_t M_ = 0, K_ = 0, N_ = 0;  // gemv
 };
 
+// Does oneDNN run matmuls of 16-bit dtype t natively on this CPU (an implementation other than its
+// slow reference one)? Asked once per dtype.
+bool native_matmul(DType t) {
+  static const bool bf16 = [] {
+    dnnl::matmul::primitive_desc pd;
+    return try_make_pd(pd, [&] {
+             return dnnl::matmul::primitive_desc(engine(), plain_desc({32, 64}, dt::bf16),
+                                                 dnnl::memory::desc({64, 32}, dt::bf16, dnnl::memory::format_tag::any),
+                                                 plain_desc({32, 32}, dt::bf16), default_attr());
+           }) &&
+           std::string(pd.impl_info_str()).find("ref") == std::string::npos;
+  }();
+  return t == DType::bf16 ? bf16 : t == DType::f32;
+}
+
 const void* const_data(const Value* v) { return v->is_const() && v->storage ? v->storage->data : nullptr; }
 
 std::unique_ptr<Kernel> make_matmul(const Node& n, const BuildCtx& ctx) {
@@ -524,7 +541,11 @@ std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
     M = 1;
     for (size_t i = 0; i + 1 < x.size(); ++i) M *= x[i];
   }
-  if (n.inputs[1]->type.dtype == DType::i8) return make_linear_int8(n, M, K, N);
+  // int8 weights, and constant bf16 ones where this CPU has no native bf16 GEMM (whose f32 emulation
+  // would keep a widened copy of the weights): read as stored, widened by the kernel
+  if (n.inputs[1]->type.dtype == DType::i8 ||
+      (s.t == DType::bf16 && M > 4 && const_data(n.inputs[1]) && !native_matmul(DType::bf16)))
+    return make_linear_widened(n, M, K, N);
   s.a = {M, K};
   s.b = {K, N};
   s.out = {M, N};

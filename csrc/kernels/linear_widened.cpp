@@ -1,14 +1,19 @@
-// "linear"(x, w[, bias]) with weight-only int8 weights: x [.., K] float32 or bfloat16, w [N, K]
-// int8 constant (torchao's Int8WeightOnlyConfig, gpt-fast's int8 weights). The weight's integer
-// values are the matrix; the per-channel scale is a post-op of the node (canonicalize and
-// fuse_epilogues put torchao's `mm(x, w.to(float)) * scale + bias` into this form). The int8
-// bytes are read where they are stored (the parameter's own memory): never widened into a
-// lasting f32 copy.
+// "linear"(x, w[, bias]) whose constant weights are read in a narrower dtype than the arithmetic and
+// widened by the kernel, never into a lasting f32 copy:
+//  - weight-only int8: x [.., K] float32 or bfloat16, w [N, K] int8 (torchao's Int8WeightOnlyConfig,
+//    gpt-fast's int8 weights). The weight's integer values are the matrix; the per-channel scale is a
+//    post-op of the node (canonicalize and fuse_epilogues put torchao's `mm(x, w.to(float)) * scale +
+//    bias` into this form);
+//  - bfloat16 x and w on a CPU where oneDNN has no native bf16 matmul (AVX2): the f32 emulation would
+//    otherwise keep a widened f32 copy of every weight, twice the model's bytes.
+// The weight bytes are read where they are stored (the parameter's own memory):
 //  - few rows (decode): a GEMV that widens each weight in registers (kernels/gemv.h);
 //  - more rows: the weights are widened one block of columns at a time into the call's scratch
 //    and multiplied there by oneDNN's f32 matmul, so the f32 bytes of a block live only while
 //    it is used (the cost of widening is spread over the rows).
 // Products are summed in f32; a bfloat16 x is widened once and the result rounded once.
+#include <type_traits>
+
 #include "kernels/common.h"
 #include "kernels/epilogue.h"
 #include "kernels/gemv.h"
@@ -21,14 +26,15 @@ using namespace dnnl_util;
 using dt = dnnl::memory::data_type;
 constexpr size_t kNone = ScratchLayout::kNone;
 
-class Int8LinearKernel final : public Kernel {
+template <typename W>
+class WidenedLinearKernel final : public Kernel {
  public:
-  Int8LinearKernel(const Node& n, int64_t M, int64_t K, int64_t N) : M_(M), K_(K), N_(N) {
+  WidenedLinearKernel(const Node& n, int64_t M, int64_t K, int64_t N) : M_(M), K_(K), N_(N) {
     t_ = n.inputs[0]->type.dtype;
     const Value* w = n.inputs[1];
     AG_CHECK(w->is_const() && w->storage, "linear: int8 weights must be a constant (a bound parameter) for '",
              n.name, "'");
-    w_ = static_cast<const int8_t*>(w->storage->data);
+    w_ = static_cast<const W*>(w->storage->data);
     epi_ = epi::parse(n, Shape{M, N}, false);
     if (epi::base_inputs(n.inputs.size(), n.attrs) > 2) {
       has_bias_ = true;
@@ -47,7 +53,7 @@ class Int8LinearKernel final : public Kernel {
     if (M * N == 0) return;
     if (M <= kGemvRows || K == 0) {
       gemv_ = true;
-      name_ = std::string("gemv_int8_weights_") + dtype_name(t_);
+      name_ = std::string("gemv_") + wname() + "_weights_" + dtype_name(t_);
       return;
     }
     // Blocks of about 2 MB of widened weights (in L2 on most CPUs), a multiple of 16 columns.
@@ -56,7 +62,7 @@ class Int8LinearKernel final : public Kernel {
     if (N % nb_) build(tail_, N % nb_);
     w_blk_ = scratch_.add(nb_ * K * 4);
     pad_ = scratch_.add(std::max(full_.scratch_bytes, tail_.scratch_bytes));
-    name_ = std::string("onednn_matmul_f32_int8_weights_") + dtype_name(t_) + " (" + impl_ +
+    name_ = std::string("onednn_matmul_f32_") + wname() + "_weights_" + dtype_name(t_) + " (" + impl_ +
             ", weights widened per block of " + std::to_string(nb_) + " columns)";
   }
 
@@ -97,11 +103,11 @@ class Int8LinearKernel final : public Kernel {
     float* wb = ScratchLayout::at<float>(ctx, w_blk_);
     for (int64_t n0 = 0; n0 < N_; n0 += nb_) {
       const int64_t nb = std::min(nb_, N_ - n0);
-      const int8_t* wsrc = w_ + n0 * K_;
+      const W* wsrc = w_ + n0 * K_;
       parallel_for(nb * K_, 16384, [&](int64_t b, int64_t e) {
         int64_t i = b;
         for (; i + 8 <= e; i += 8) _mm256_storeu_ps(wb + i, gemv::load8(wsrc + i));
-        for (; i < e; ++i) wb[i] = static_cast<float>(wsrc[i]);
+        for (; i < e; ++i) wb[i] = gemv::load1(wsrc + i);
       });
       const bool full = nb == nb_;
       Args& a = full ? st->full : st->tail;
@@ -117,6 +123,7 @@ class Int8LinearKernel final : public Kernel {
 
  private:
   static constexpr int64_t kGemvRows = 4;
+  static const char* wname() { return std::is_same_v<W, int8_t> ? "int8" : "bfloat16"; }
   struct State : KernelState {
     Args full, tail;
   };
@@ -141,7 +148,7 @@ class Int8LinearKernel final : public Kernel {
 
   int64_t M_, K_, N_, nb_ = 0;
   DType t_ = DType::f32;
-  const int8_t* w_ = nullptr;
+  const W* w_ = nullptr;
   bool has_bias_ = false, gemv_ = false;
   Buffer bias_c_;
   epi::Epilogue epi_;
@@ -153,8 +160,9 @@ class Int8LinearKernel final : public Kernel {
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_linear_int8(const Node& n, int64_t M, int64_t K, int64_t N) {
-  return std::make_unique<Int8LinearKernel>(n, M, K, N);
+std::unique_ptr<Kernel> make_linear_widened(const Node& n, int64_t M, int64_t K, int64_t N) {
+  if (n.inputs[1]->type.dtype == DType::i8) return std::make_unique<WidenedLinearKernel<int8_t>>(n, M, K, N);
+  return std::make_unique<WidenedLinearKernel<uint16_t>>(n, M, K, N);
 }
 
 }  // namespace ag
