@@ -170,42 +170,51 @@ inline void fold8(const Call& c, int64_t kb, int64_t col, __m256 dot, float xsum
 }
 
 // A full block in a split layout (B = 64 or 32), rows [r0, r0 + R), R <= 2: 16 bytes of each
-// k row at a time (a tile: low nibbles columns t*16 .. +16, high ones the same + B/2).
-template <int R>
+// k row at a time (a tile: low nibbles columns t*16 .. +16, high ones the same + B/2). U sets of
+// accumulators take alternate k (one FMA chain per set: with fewer than about 8 chains the loop
+// is bound by FMA latency, not by the weight reads).
+template <int R, int U>
 void block_split_avx2(const Call& c, int64_t B, int64_t b, int64_t r0) {
   const int64_t n0 = b * B, rowb = B / 2;
   const uint8_t* wb = c.w + n0 * c.K / 2;
   const __m256i m15 = _mm256_set1_epi32(15);
   for (int64_t kb = 0; kb < c.KB; ++kb) {
     for (int64_t t = 0; t < B / 32; ++t) {
-      __m256 acc[R][4];
-      for (int r = 0; r < R; ++r)
-        for (int i = 0; i < 4; ++i) acc[r][i] = _mm256_setzero_ps();
+      __m256 acc[U][R][4];
+      for (int u = 0; u < U; ++u)
+        for (int r = 0; r < R; ++r)
+          for (int i = 0; i < 4; ++i) acc[u][r][i] = _mm256_setzero_ps();
       const uint8_t* p = wb + kb * c.g * rowb + t * 16;
       const float* xk = c.x + r0 * c.K + kb * c.g;
-      for (int64_t k = 0; k < c.g; ++k, p += rowb) {
-        const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-        const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
-        const __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, m15));
-        const __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, m15));
-        const __m256 w2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4));
-        const __m256 w3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));
-        for (int r = 0; r < R; ++r) {
-          const __m256 xb = _mm256_broadcast_ss(xk + r * c.K + k);
-          acc[r][0] = _mm256_fmadd_ps(xb, w0, acc[r][0]);
-          acc[r][1] = _mm256_fmadd_ps(xb, w1, acc[r][1]);
-          acc[r][2] = _mm256_fmadd_ps(xb, w2, acc[r][2]);
-          acc[r][3] = _mm256_fmadd_ps(xb, w3, acc[r][3]);
+      for (int64_t k = 0; k < c.g; k += U) {  // (g is a multiple of 32)
+        for (int u = 0; u < U; ++u) {
+          const uint8_t* q = p + (k + u) * rowb;
+          const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+          const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)));
+          const __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, m15));
+          const __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, m15));
+          const __m256 w2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4));
+          const __m256 w3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));
+          for (int r = 0; r < R; ++r) {
+            const __m256 xb = _mm256_broadcast_ss(xk + r * c.K + k + u);
+            acc[u][r][0] = _mm256_fmadd_ps(xb, w0, acc[u][r][0]);
+            acc[u][r][1] = _mm256_fmadd_ps(xb, w1, acc[u][r][1]);
+            acc[u][r][2] = _mm256_fmadd_ps(xb, w2, acc[u][r][2]);
+            acc[u][r][3] = _mm256_fmadd_ps(xb, w3, acc[u][r][3]);
+          }
         }
       }
+      for (int u = 1; u < U; ++u)
+        for (int r = 0; r < R; ++r)
+          for (int i = 0; i < 4; ++i) acc[0][r][i] = _mm256_add_ps(acc[0][r][i], acc[u][r][i]);
       const int64_t lo = n0 + t * 16, hi = lo + B / 2;
       for (int r = 0; r < R; ++r) {
         float* orow = c.o + (r0 + r) * c.N;
         const float xsum = c.xs[(r0 + r) * c.KB + kb];
-        fold8(c, kb, lo, acc[r][0], xsum, orow);
-        fold8(c, kb, lo + 8, acc[r][1], xsum, orow);
-        fold8(c, kb, hi, acc[r][2], xsum, orow);
-        fold8(c, kb, hi + 8, acc[r][3], xsum, orow);
+        fold8(c, kb, lo, acc[0][r][0], xsum, orow);
+        fold8(c, kb, lo + 8, acc[0][r][1], xsum, orow);
+        fold8(c, kb, hi, acc[0][r][2], xsum, orow);
+        fold8(c, kb, hi + 8, acc[0][r][3], xsum, orow);
       }
     }
   }
@@ -236,45 +245,70 @@ AG_AVX512 inline void load_sz16(const Call& c, int64_t i, __m512& s, __m512& z) 
   z = _mm512_permutex2var_ps(a, odd, b);
 }
 
+// out[col .. col + 16] += s * dot + z * xs (dot: sum of x * (q - 8))
 AG_AVX512 inline void fold16(const Call& c, int64_t kb, int64_t col, __m512 dot, float xsum, float* o) {
   __m512 s, z;
   load_sz16(c, (kb * c.N + col) * 2, s, z);
   const __m512 xs = _mm512_set1_ps(xsum);
-  const __m512 d = _mm512_fnmadd_ps(_mm512_set1_ps(8.f), xs, dot);
-  __m512 acc = _mm512_fmadd_ps(s, d, _mm512_loadu_ps(o + col));
+  __m512 acc = _mm512_fmadd_ps(s, dot, _mm512_loadu_ps(o + col));
   _mm512_storeu_ps(o + col, _mm512_fmadd_ps(z, xs, acc));
 }
 
-// As block_split_avx2, R <= 4: a tile's 16 bytes widen to 16 lanes, low and high nibbles.
-template <int R>
-AG_AVX512 void block_split_avx512(const Call& c, int64_t B, int64_t b, int64_t r0) {
-  const int64_t n0 = b * B, rowb = B / 2;
+// As block_split_avx2, R <= 4, all T = B / 32 tiles of the block at once: a tile's 16 bytes
+// widen to 16 lanes, low and high nibbles, each looked up as q - 8 (one permute: vpermps reads
+// the low 4 bits of each lane); U accumulator sets on alternate k.
+template <int R, int T, int U>
+AG_AVX512 void block_split_avx512(const Call& c, int64_t b, int64_t r0) {
+  constexpr int64_t B = 32 * T, rowb = B / 2;
+  const int64_t n0 = b * B;
   const uint8_t* wb = c.w + n0 * c.K / 2;
-  const __m512i m15 = _mm512_set1_epi32(15);
+  const __m512 lut = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
   for (int64_t kb = 0; kb < c.KB; ++kb) {
-    for (int64_t t = 0; t < B / 32; ++t) {
-      __m512 acc[R][2];
-      for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-      const uint8_t* p = wb + kb * c.g * rowb + t * 16;
-      const float* xk = c.x + r0 * c.K + kb * c.g;
-      for (int64_t k = 0; k < c.g; ++k, p += rowb) {
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        const __m512 w0 = _mm512_cvtepi32_ps(_mm512_and_si512(v, m15));
-        const __m512 w1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+    __m512 acc[U][R][2 * T];
+    for (int u = 0; u < U; ++u)
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 2 * T; ++i) acc[u][r][i] = _mm512_setzero_ps();
+    const uint8_t* p = wb + kb * c.g * rowb;
+    const float* xk = c.x + r0 * c.K + kb * c.g;
+    for (int64_t k = 0; k < c.g; k += U) {
+      for (int u = 0; u < U; ++u) {
+        __m512 w[2 * T];
+        for (int t = 0; t < T; ++t) {
+          const __m512i v =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (k + u) * rowb + t * 16)));
+          w[2 * t] = _mm512_permutexvar_ps(v, lut);
+          w[2 * t + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+        }
         for (int r = 0; r < R; ++r) {
-          const __m512 xb = _mm512_set1_ps(xk[r * c.K + k]);
-          acc[r][0] = _mm512_fmadd_ps(xb, w0, acc[r][0]);
-          acc[r][1] = _mm512_fmadd_ps(xb, w1, acc[r][1]);
+          const __m512 xb = _mm512_set1_ps(xk[r * c.K + k + u]);
+          for (int i = 0; i < 2 * T; ++i) acc[u][r][i] = _mm512_fmadd_ps(xb, w[i], acc[u][r][i]);
         }
       }
-      const int64_t lo = n0 + t * 16, hi = lo + B / 2;
-      for (int r = 0; r < R; ++r) {
-        float* orow = c.o + (r0 + r) * c.N;
-        const float xsum = c.xs[(r0 + r) * c.KB + kb];
-        fold16(c, kb, lo, acc[r][0], xsum, orow);
-        fold16(c, kb, hi, acc[r][1], xsum, orow);
+    }
+    for (int u = 1; u < U; ++u)
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 2 * T; ++i) acc[0][r][i] = _mm512_add_ps(acc[0][r][i], acc[u][r][i]);
+    for (int r = 0; r < R; ++r) {
+      float* orow = c.o + (r0 + r) * c.N;
+      const float xsum = c.xs[(r0 + r) * c.KB + kb];
+      for (int t = 0; t < T; ++t) {
+        fold16(c, kb, n0 + t * 16, acc[0][r][2 * t], xsum, orow);
+        fold16(c, kb, n0 + t * 16 + B / 2, acc[0][r][2 * t + 1], xsum, orow);
       }
     }
+  }
+}
+
+// Rows [r0, r1) of a split block on AVX-512, 4 rows at a time: at least 8 FMA chains a call.
+template <int T>
+void rows_avx512(const Call& c, int64_t b, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) block_split_avx512<4, T, 1>(c, b, r);
+  switch (r1 - r) {
+    case 3: block_split_avx512<3, T, 2 / T>(c, b, r); break;
+    case 2: block_split_avx512<2, T, 2>(c, b, r); break;
+    case 1: block_split_avx512<1, T, 4 / T>(c, b, r); break;
+    default: break;
   }
 }
 
@@ -286,19 +320,14 @@ void run_block(const Call& c, Layout l, Isa isa, int64_t b, int64_t r0, int64_t 
     block_scalar(c, l, b, r0, r1 - r0);
     return;
   }
-  int64_t r = r0;
   if (isa == Isa::Avx512) {
-    for (; r + 4 <= r1; r += 4) block_split_avx512<4>(c, B, b, r);
-    switch (r1 - r) {
-      case 3: block_split_avx512<3>(c, B, b, r); break;
-      case 2: block_split_avx512<2>(c, B, b, r); break;
-      case 1: block_split_avx512<1>(c, B, b, r); break;
-      default: break;
-    }
+    if (B == 64) rows_avx512<2>(c, b, r0, r1);
+    else rows_avx512<1>(c, b, r0, r1);
     return;
   }
-  for (; r + 2 <= r1; r += 2) block_split_avx2<2>(c, B, b, r);
-  if (r < r1) block_split_avx2<1>(c, B, b, r);
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) block_split_avx2<2, 1>(c, B, b, r);
+  if (r < r1) block_split_avx2<1, 2>(c, B, b, r);
 }
 
 // Dequantizes block b into panel columns [pc, pc + nb) of a [K, ld] f32 panel (prefill).
