@@ -20,7 +20,9 @@
 // Few rows (decode): per group, dot_g = sum_k x_k q_k in f32 registers from the nibbles, then
 // out += scale_g * (dot_g - 8 * sum_g(x)) + zero_g * sum_g(x); AVX-512 or AVX2 code picked when
 // the kernel is built (`isa` "avx2"/"scalar" forces a lesser one: tests). Many rows (prefill): a
-// panel of columns is dequantized into per-call scratch and multiplied by oneDNN's f32 matmul.
+// panel of columns is dequantized into per-call scratch and multiplied by oneDNN's f32 matmul,
+// each thread its own panels (one parallel region a call: on a busy two-core machine every
+// fork/join can wait a time slice for a descheduled thread).
 // Accumulation is in f32 as torch's; the sums are grouped differently, so results agree to f32
 // rounding, not bit for bit.
 // (GCC 12's AVX-512 intrinsics start from a self-initialized "undefined" vector and warn about it)
@@ -408,8 +410,10 @@ class LinearInt4Kernel final : public Kernel {
   std::unique_ptr<KernelState> make_state() const override {
     if (!panels_) return nullptr;
     auto st = std::make_unique<State>();
-    st->full = full_.make_args();
-    if (tail_n_) st->tail = tail_.make_args();
+    for (int i = 0; i < slots_; ++i) {
+      st->full.push_back(full_.make_args());
+      if (tail_n_) st->tail.push_back(tail_.make_args());
+    }
     return st;
   }
 
@@ -436,7 +440,7 @@ class LinearInt4Kernel final : public Kernel {
 
  private:
   struct State : KernelState {
-    Args full, tail;
+    std::vector<Args> full, tail;  // one a thread slot
   };
 
   void finish(const float* o, void* out) const {
@@ -465,16 +469,19 @@ class LinearInt4Kernel final : public Kernel {
   // ---- prefill: panels of panel_n_ columns dequantized (all threads), then oneDNN f32 matmul
   void build_panels() {
     const int64_t B = block_n(layout_);
-    // a panel of about 1 MiB of f32 weights, whole blocks, at least one
-    int64_t cols = std::max<int64_t>(B, (int64_t{1} << 18) / std::max<int64_t>(K_, 1) / B * B);
-    panel_n_ = std::min(cols, (N_ + B - 1) / B * B);
-    panel_n_ = std::min(panel_n_, N_);
+    slots_ = std::max(1, num_threads());
+    // panels of at most about 1 MiB of f32 weights and about four a thread (balance), whole blocks
+    const int64_t by_size = (int64_t{1} << 18) / std::max<int64_t>(K_, 1) / B * B;
+    const int64_t by_count = (N_ / (4 * slots_) + B - 1) / B * B;
+    panel_n_ = std::min(std::max<int64_t>(B, std::min(by_size, by_count)), N_);
     tail_n_ = N_ % panel_n_;
     panels_ = true;
-    panel_ = scratch_.add(K_ * panel_n_ * 4);
+    panel_bytes_ = static_cast<size_t>(K_ * panel_n_ * 4 + 63) / 64 * 64;
     size_t pad = make_exec(full_, panel_n_);
     if (tail_n_) pad = std::max(pad, make_exec(tail_, tail_n_));
-    if (pad) pad_ = scratch_.add(pad);
+    pad_bytes_ = (pad + 63) / 64 * 64;
+    panel_ = scratch_.add(panel_bytes_ * slots_);
+    if (pad) pad_ = scratch_.add(pad_bytes_ * slots_);
   }
 
   size_t make_exec(Exec& e, int64_t cols) const {
@@ -490,23 +497,34 @@ class LinearInt4Kernel final : public Kernel {
     return e.scratch_bytes;
   }
 
+  // Panel p: its blocks dequantized into slot `slot`'s buffer, then x @ panel into its columns
+  // of o (oneDNN runs it on the calling thread: inside a parallel region it does not fork).
+  void run_panel(const Call& c, State* st, char* panels, char* pads, int slot, int64_t p) const {
+    const int64_t B = block_n(layout_), p0 = p * panel_n_, cols = std::min(panel_n_, N_ - p0);
+    float* panel = reinterpret_cast<float*>(panels + slot * panel_bytes_);
+    for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
+    const bool tail = cols != panel_n_;
+    Args& a = (tail ? st->tail : st->full)[slot];
+    a.set(DNNL_ARG_SRC, const_cast<float*>(c.x));
+    a.set(DNNL_ARG_WEIGHTS, panel);
+    a.set(DNNL_ARG_DST, c.o + p0);
+    (tail ? tail_ : full_).run(a, pads ? pads + slot * pad_bytes_ : nullptr);
+  }
+
   void run_panels(const Call& c, const RunCtx& ctx) const {
     State* st = static_cast<State*>(ctx.state);
-    float* panel = ScratchLayout::at<float>(ctx, panel_);
-    void* pad = ScratchLayout::at(ctx, pad_);
-    const int64_t B = block_n(layout_);
-    for (int64_t p0 = 0; p0 < N_; p0 += panel_n_) {
-      const int64_t cols = std::min(panel_n_, N_ - p0);
-      const int64_t b0 = p0 / B, nb = (cols + B - 1) / B;
-      parallel_for(nb, 1, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) dequant_block(c, layout_, b0 + i, panel, cols, i * B);
-      });
-      const bool tail = cols != panel_n_;
-      Args& a = tail ? st->tail : st->full;
-      a.set(DNNL_ARG_SRC, const_cast<float*>(c.x));
-      a.set(DNNL_ARG_WEIGHTS, panel);
-      a.set(DNNL_ARG_DST, c.o + p0);
-      (tail ? tail_ : full_).run(a, pad);
+    char* panels = ScratchLayout::at<char>(ctx, panel_);
+    char* pads = ScratchLayout::at<char>(ctx, pad_);
+    const int64_t P = (N_ + panel_n_ - 1) / panel_n_;
+    const int nt = static_cast<int>(std::min<int64_t>({num_threads(), slots_, P}));
+    if (nt <= 1 || omp_in_parallel()) {
+      for (int64_t p = 0; p < P; ++p) run_panel(c, st, panels, pads, 0, p);
+      return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num();
+      for (int64_t p = t; p < P; p += nt) run_panel(c, st, panels, pads, t, p);
     }
   }
 
@@ -516,7 +534,8 @@ class LinearInt4Kernel final : public Kernel {
   Isa isa_ = Isa::Avx2;
   ScratchLayout scratch_;
   static constexpr size_t kNone = ScratchLayout::kNone;
-  size_t xf_ = kNone, of_ = kNone, xs_ = kNone, panel_ = kNone, pad_ = kNone;
+  size_t xf_ = kNone, of_ = kNone, xs_ = kNone, panel_ = kNone, pad_ = kNone, panel_bytes_ = 0, pad_bytes_ = 0;
+  int slots_ = 1;  // threads the panel path may use (its scratch holds a panel for each)
   bool panels_ = false;
   int64_t panel_n_ = 0, tail_n_ = 0;
   Exec full_, tail_;
