@@ -18,7 +18,8 @@
 // layout this process's torch writes (lowering/quant.py) and says it in `layout`.
 //
 // Few rows (decode): per group, dot_g = sum_k x_k q_k in f32 registers from the nibbles, then
-// out += scale_g * (dot_g - 8 * sum_g(x)) + zero_g * sum_g(x); AVX-512 or AVX2 code picked when
+// out += scale_g * (dot_g - 8 * sum_g(x)) + zero_g * sum_g(x) (the AVX-512 code sums x_k (q_k - 8)
+// from a table and adds scale_g * dot_g + zero_g * sum_g(x)); AVX-512 or AVX2 code picked when
 // the kernel is built (`isa` "avx2"/"scalar" forces a lesser one: tests). Many rows (prefill): a
 // panel of columns is dequantized into per-call scratch and multiplied by oneDNN's f32 matmul,
 // each thread its own panels (one parallel region a call: on a busy two-core machine every
