@@ -80,7 +80,9 @@ def _cpu_features() -> str:
         pass
     wanted = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "amx_tile",
               "amx_bf16")
-    return ",".join(f for f in wanted if f in flags)
+    # (and the capability torch dispatched to: it decides the layout of torch's packed int4 weights,
+    # which a lowered graph names: lowering/quant.py; ATEN_CPU_CAPABILITY changes it per process)
+    return ",".join(f for f in wanted if f in flags) + ";torch:" + torch.backends.cpu.get_cpu_capability()
 
 
 _CPU = None

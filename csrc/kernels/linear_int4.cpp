@@ -1,0 +1,555 @@
+// "linear_int4"(x, w, scale_and_zero){group_size, layout[, isa]}: torch's
+// _weight_int4pack_mm_for_cpu, the int4 weight-only linear that torchao's
+// PrototypeInt4WeightOnlyConfig produces on CPU, reading the weight in torch's own packed
+// bytes (one copy of the weight, 4-bit reads; nothing repacked or dequantized kept).
+//
+//  x              [..., K]      float32, bfloat16 or float16
+//  w              [N, K / 2]    uint8, two 4-bit values q in [0, 15] a byte
+//  scale_and_zero [K / g, N, 2] x's dtype: (scale, zero) per group of g = group_size rows of K
+//  out            [..., N]      x's dtype:  out[m, n] = sum_k x[m, k] * ((q[n, k] - 8) * scale + zero)
+//
+// torch's packed layout depends on the CPU capability its kernels were dispatched to
+// (weight_to_int4pack_kernel): N is cut into blocks of B columns, block i at byte i * B * K / 2,
+// each k one row of nb / 2 bytes (nb = the block's columns, B or the last block's fewer):
+//   "avx512": B = 64, a full block's byte j holds column j (low nibble) and j + 32 (high);
+//   "avx2":   B = 32, a full block's byte j holds column j (low) and j + 16 (high);
+//   "pairs":  B = 32, byte j holds columns 2j (low) and 2j + 1 (high) (torch's non-vector format),
+// and a partial last block (16, 32 or 48 columns) is always in pairs. The front finds which
+// layout this process's torch writes (lowering/quant.py) and says it in `layout`.
+//
+// Few rows (decode): per group, dot_g = sum_k x_k q_k in f32 registers from the nibbles, then
+// out += scale_g * (dot_g - 8 * sum_g(x)) + zero_g * sum_g(x) (the AVX-512 code sums x_k (q_k - 8)
+// from a table and adds scale_g * dot_g + zero_g * sum_g(x)); AVX-512 or AVX2 code picked when
+// the kernel is built (`isa` "avx2"/"scalar" forces a lesser one: tests). Many rows (prefill): a
+// panel of columns is dequantized into per-call scratch and multiplied by oneDNN's f32 matmul,
+// each thread its own panels (one parallel region a call: on a busy two-core machine every
+// fork/join can wait a time slice for a descheduled thread).
+// Accumulation is in f32 as torch's; the sums are grouped differently, so results agree to f32
+// rounding, not bit for bit.
+// (GCC 12's AVX-512 intrinsics start from a self-initialized "undefined" vector and warn about it)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/common.h"
+#include "kernels/onednn_util.h"
+
+#define AG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace ag {
+namespace {
+
+using namespace dnnl_util;
+using dt = dnnl::memory::data_type;
+
+enum class Layout { Avx512, Avx2, Pairs };
+enum class Isa { Avx512, Avx2, Scalar };
+
+bool parse_layout(const std::string& s, Layout* l) {
+  if (s == "avx512") *l = Layout::Avx512;
+  else if (s == "avx2") *l = Layout::Avx2;
+  else if (s == "pairs") *l = Layout::Pairs;
+  else return false;
+  return true;
+}
+int block_n(Layout l) { return l == Layout::Avx512 ? 64 : 32; }
+
+std::vector<TensorType> infer_linear_int4(const std::vector<TensorType>& in, const Attrs& a) {
+  const TensorType &x = in[0], &w = in[1], &sz = in[2];
+  AG_CHECK(x.dtype == DType::f32 || x.dtype == DType::bf16 || x.dtype == DType::f16, "linear_int4: input ",
+           x.str(), " must be float32, bfloat16 or float16");
+  AG_CHECK(x.rank() >= 1, "linear_int4: input must have rank >= 1, got ", x.str());
+  AG_CHECK(w.dtype == DType::u8 && w.rank() == 2, "linear_int4: packed weight must be uint8 [N, K / 2], got ",
+           w.str());
+  const int64_t K = x.size(x.rank() - 1), N = w.size(0);
+  AG_CHECK(w.size(1) * 2 == K, "linear_int4: input ", x.str(), " has K = ", K, " features but the packed weight ",
+           w.str(), " holds K = ", w.size(1) * 2);
+  AG_CHECK(N % 16 == 0, "linear_int4: N = ", N, " (packed weight ", w.str(), ") must be a multiple of 16");
+  const int64_t g = a.i("group_size");
+  AG_CHECK(g == 32 || g == 64 || g == 128 || g == 256, "linear_int4: group_size ", g,
+           " must be 32, 64, 128 or 256 (input ", x.str(), ")");
+  AG_CHECK(K % g == 0, "linear_int4: K = ", K, " (input ", x.str(), ") is not a multiple of group_size ", g);
+  AG_CHECK(sz.dtype == x.dtype, "linear_int4: scale_and_zero ", sz.str(), " must have the input's dtype (",
+           dtype_name(x.dtype), ")");
+  AG_CHECK(sz.rank() == 3 && sz.size(0) == K / g && sz.size(1) == N && sz.size(2) == 2,
+           "linear_int4: scale_and_zero must be [K / group_size, N, 2] = [", K / g, ", ", N, ", 2], got ", sz.str());
+  Layout l;
+  AG_CHECK(parse_layout(a.s("layout", ""), &l), "linear_int4: layout '", a.s("layout", ""),
+           "' is not one of avx512, avx2, pairs");
+  const std::string isa = a.s("isa", "auto");
+  AG_CHECK(isa == "auto" || isa == "avx512" || isa == "avx2" || isa == "scalar", "linear_int4: isa '", isa,
+           "' is not one of auto, avx512, avx2, scalar");
+  Shape o = x.shape();
+  o.back() = N;
+  return {TensorType(x.dtype, o)};
+}
+
+// Everything one call's block functions read.
+struct Call {
+  int64_t M, K, N, g, KB;  // KB = K / g
+  const uint8_t* w;
+  const void* sz;          // [KB, N, 2] of `t`
+  DType t;
+  const float* x;          // [M, K] f32
+  const float* xs;         // [M, KB]: sum of x over each group
+  float* o;                // [M, N] f32, accumulated into (zeroed by the caller)
+};
+
+// Column of the low (hi = 0) or high nibble of byte j in a block of nb columns.
+inline int64_t col_of(bool split, int64_t nb, int64_t j, int hi) {
+  return split ? j + hi * (nb / 2) : 2 * j + hi;
+}
+
+inline float sz_at(const Call& c, int64_t kb, int64_t n, int which) {
+  const int64_t i = (kb * c.N + n) * 2 + which;
+  switch (c.t) {
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(c.sz)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(c.sz)[i]);
+    default: return static_cast<const float*>(c.sz)[i];
+  }
+}
+
+// Any layout, rows [r0, r0 + R): block `b` (columns n0 .. n0 + nb).
+void block_scalar(const Call& c, Layout l, int64_t b, int64_t r0, int64_t R) {
+  const int64_t B = block_n(l), n0 = b * B, nb = std::min(B, c.N - n0);
+  const bool split = nb == B && l != Layout::Pairs;
+  const uint8_t* wb = c.w + n0 * c.K / 2;
+  float q[64], dot[64];
+  for (int64_t r = r0; r < r0 + R; ++r) {
+    const float* xr = c.x + r * c.K;
+    float* orow = c.o + r * c.N + n0;
+    for (int64_t kb = 0; kb < c.KB; ++kb) {
+      std::fill(dot, dot + nb, 0.f);
+      for (int64_t k = kb * c.g; k < (kb + 1) * c.g; ++k) {
+        const uint8_t* row = wb + k * nb / 2;
+        for (int64_t j = 0; j < nb / 2; ++j) {
+          q[col_of(split, nb, j, 0)] = static_cast<float>(row[j] & 15);
+          q[col_of(split, nb, j, 1)] = static_cast<float>(row[j] >> 4);
+        }
+        const float xv = xr[k];
+        for (int64_t n = 0; n < nb; ++n) dot[n] += xv * q[n];
+      }
+      const float s8 = c.xs[r * c.KB + kb];
+      for (int64_t n = 0; n < nb; ++n)
+        orow[n] += sz_at(c, kb, n0 + n, 0) * (dot[n] - 8.f * s8) + sz_at(c, kb, n0 + n, 1) * s8;
+    }
+  }
+}
+
+// ---- AVX2 (the build's baseline: x86-64-v3) ------------------------------------------------
+
+// 8 (scale, zero) pairs at element i, deinterleaved.
+inline void load_sz8(const Call& c, int64_t i, __m256& s, __m256& z) {
+  __m256 a, b;
+  if (c.t == DType::f32) {
+    const float* p = static_cast<const float*>(c.sz) + i;
+    a = _mm256_loadu_ps(p);
+    b = _mm256_loadu_ps(p + 8);
+  } else {
+    const __m128i* p = reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(c.sz) + i);
+    const __m128i h0 = _mm_loadu_si128(p), h1 = _mm_loadu_si128(p + 1);
+    if (c.t == DType::bf16) {
+      a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+      b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+    } else {
+      a = _mm256_cvtph_ps(h0);
+      b = _mm256_cvtph_ps(h1);
+    }
+  }
+  // a = s0 z0 s1 z1 | s2 z2 s3 z3, b = s4 z4 s5 z5 | s6 z6 s7 z7
+  const __m256 sv = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));  // s0 s1 s4 s5 | s2 s3 s6 s7
+  const __m256 zv = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+  s = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(sv), _MM_SHUFFLE(3, 1, 2, 0)));
+  z = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(zv), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+// out[col .. col + 8] += s * (dot - 8 * xs) + z * xs
+inline void fold8(const Call& c, int64_t kb, int64_t col, __m256 dot, float xsum, float* o) {
+  __m256 s, z;
+  load_sz8(c, (kb * c.N + col) * 2, s, z);
+  const __m256 xs = _mm256_set1_ps(xsum);
+  const __m256 d = _mm256_fnmadd_ps(_mm256_set1_ps(8.f), xs, dot);
+  __m256 acc = _mm256_fmadd_ps(s, d, _mm256_loadu_ps(o + col));
+  _mm256_storeu_ps(o + col, _mm256_fmadd_ps(z, xs, acc));
+}
+
+// A full block in a split layout (B = 64 or 32), rows [r0, r0 + R), R <= 2: 16 bytes of each
+// k row at a time (a tile: low nibbles columns t*16 .. +16, high ones the same + B/2). U sets of
+// accumulators take alternate k (one FMA chain per set: with fewer than about 8 chains the loop
+// is bound by FMA latency, not by the weight reads).
+template <int R, int U>
+void block_split_avx2(const Call& c, int64_t B, int64_t b, int64_t r0) {
+  const int64_t n0 = b * B, rowb = B / 2;
+  const uint8_t* wb = c.w + n0 * c.K / 2;
+  const __m256i m15 = _mm256_set1_epi32(15);
+  for (int64_t kb = 0; kb < c.KB; ++kb) {
+    for (int64_t t = 0; t < B / 32; ++t) {
+      __m256 acc[U][R][4];
+      for (int u = 0; u < U; ++u)
+        for (int r = 0; r < R; ++r)
+          for (int i = 0; i < 4; ++i) acc[u][r][i] = _mm256_setzero_ps();
+      const uint8_t* p = wb + kb * c.g * rowb + t * 16;
+      const float* xk = c.x + r0 * c.K + kb * c.g;
+      for (int64_t k = 0; k < c.g; k += U) {  // (g is a multiple of 32)
+        for (int u = 0; u < U; ++u) {
+          const uint8_t* q = p + (k + u) * rowb;
+          const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+          const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)));
+          const __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, m15));
+          const __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, m15));
+          const __m256 w2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4));
+          const __m256 w3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));
+          for (int r = 0; r < R; ++r) {
+            const __m256 xb = _mm256_broadcast_ss(xk + r * c.K + k + u);
+            acc[u][r][0] = _mm256_fmadd_ps(xb, w0, acc[u][r][0]);
+            acc[u][r][1] = _mm256_fmadd_ps(xb, w1, acc[u][r][1]);
+            acc[u][r][2] = _mm256_fmadd_ps(xb, w2, acc[u][r][2]);
+            acc[u][r][3] = _mm256_fmadd_ps(xb, w3, acc[u][r][3]);
+          }
+        }
+      }
+      for (int u = 1; u < U; ++u)
+        for (int r = 0; r < R; ++r)
+          for (int i = 0; i < 4; ++i) acc[0][r][i] = _mm256_add_ps(acc[0][r][i], acc[u][r][i]);
+      const int64_t lo = n0 + t * 16, hi = lo + B / 2;
+      for (int r = 0; r < R; ++r) {
+        float* orow = c.o + (r0 + r) * c.N;
+        const float xsum = c.xs[(r0 + r) * c.KB + kb];
+        fold8(c, kb, lo, acc[0][r][0], xsum, orow);
+        fold8(c, kb, lo + 8, acc[0][r][1], xsum, orow);
+        fold8(c, kb, hi, acc[0][r][2], xsum, orow);
+        fold8(c, kb, hi + 8, acc[0][r][3], xsum, orow);
+      }
+    }
+  }
+}
+
+// ---- AVX-512 (picked when this CPU has it) --------------------------------------------------
+
+AG_AVX512 inline void load_sz16(const Call& c, int64_t i, __m512& s, __m512& z) {
+  __m512 a, b;
+  if (c.t == DType::f32) {
+    const float* p = static_cast<const float*>(c.sz) + i;
+    a = _mm512_loadu_ps(p);
+    b = _mm512_loadu_ps(p + 16);
+  } else {
+    const __m256i* p = reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(c.sz) + i);
+    const __m256i h0 = _mm256_loadu_si256(p), h1 = _mm256_loadu_si256(p + 1);
+    if (c.t == DType::bf16) {
+      a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
+      b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+    } else {
+      a = _mm512_cvtph_ps(h0);
+      b = _mm512_cvtph_ps(h1);
+    }
+  }
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  s = _mm512_permutex2var_ps(a, even, b);
+  z = _mm512_permutex2var_ps(a, odd, b);
+}
+
+// out[col .. col + 16] += s * dot + z * xs (dot: sum of x * (q - 8))
+AG_AVX512 inline void fold16(const Call& c, int64_t kb, int64_t col, __m512 dot, float xsum, float* o) {
+  __m512 s, z;
+  load_sz16(c, (kb * c.N + col) * 2, s, z);
+  const __m512 xs = _mm512_set1_ps(xsum);
+  __m512 acc = _mm512_fmadd_ps(s, dot, _mm512_loadu_ps(o + col));
+  _mm512_storeu_ps(o + col, _mm512_fmadd_ps(z, xs, acc));
+}
+
+// As block_split_avx2, R <= 4, all T = B / 32 tiles of the block at once: a tile's 16 bytes
+// widen to 16 lanes, low and high nibbles, each looked up as q - 8 (one permute: vpermps reads
+// the low 4 bits of each lane); U accumulator sets on alternate k.
+template <int R, int T, int U>
+AG_AVX512 void block_split_avx512(const Call& c, int64_t b, int64_t r0) {
+  constexpr int64_t B = 32 * T, rowb = B / 2;
+  const int64_t n0 = b * B;
+  const uint8_t* wb = c.w + n0 * c.K / 2;
+  const __m512 lut = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
+  for (int64_t kb = 0; kb < c.KB; ++kb) {
+    __m512 acc[U][R][2 * T];
+    for (int u = 0; u < U; ++u)
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 2 * T; ++i) acc[u][r][i] = _mm512_setzero_ps();
+    const uint8_t* p = wb + kb * c.g * rowb;
+    const float* xk = c.x + r0 * c.K + kb * c.g;
+    for (int64_t k = 0; k < c.g; k += U) {
+      for (int u = 0; u < U; ++u) {
+        __m512 w[2 * T];
+        for (int t = 0; t < T; ++t) {
+          const __m512i v =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (k + u) * rowb + t * 16)));
+          w[2 * t] = _mm512_permutexvar_ps(v, lut);
+          w[2 * t + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m512 xb = _mm512_set1_ps(xk[r * c.K + k + u]);
+          for (int i = 0; i < 2 * T; ++i) acc[u][r][i] = _mm512_fmadd_ps(xb, w[i], acc[u][r][i]);
+        }
+      }
+    }
+    for (int u = 1; u < U; ++u)
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 2 * T; ++i) acc[0][r][i] = _mm512_add_ps(acc[0][r][i], acc[u][r][i]);
+    for (int r = 0; r < R; ++r) {
+      float* orow = c.o + (r0 + r) * c.N;
+      const float xsum = c.xs[(r0 + r) * c.KB + kb];
+      for (int t = 0; t < T; ++t) {
+        fold16(c, kb, n0 + t * 16, acc[0][r][2 * t], xsum, orow);
+        fold16(c, kb, n0 + t * 16 + B / 2, acc[0][r][2 * t + 1], xsum, orow);
+      }
+    }
+  }
+}
+
+// Rows [r0, r1) of a split block on AVX-512, 4 rows at a time: at least 8 FMA chains a call.
+template <int T>
+void rows_avx512(const Call& c, int64_t b, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) block_split_avx512<4, T, 1>(c, b, r);
+  switch (r1 - r) {
+    case 3: block_split_avx512<3, T, 2 / T>(c, b, r); break;
+    case 2: block_split_avx512<2, T, 2>(c, b, r); break;
+    case 1: block_split_avx512<1, T, 4 / T>(c, b, r); break;
+    default: break;
+  }
+}
+
+// Rows [r0, r1) of block b, on the best code for the block's format.
+void run_block(const Call& c, Layout l, Isa isa, int64_t b, int64_t r0, int64_t r1) {
+  const int64_t B = block_n(l);
+  const bool split = l != Layout::Pairs && (b + 1) * B <= c.N;
+  if (!split || isa == Isa::Scalar) {
+    block_scalar(c, l, b, r0, r1 - r0);
+    return;
+  }
+  if (isa == Isa::Avx512) {
+    if (B == 64) rows_avx512<2>(c, b, r0, r1);
+    else rows_avx512<1>(c, b, r0, r1);
+    return;
+  }
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) block_split_avx2<2, 1>(c, B, b, r);
+  if (r < r1) block_split_avx2<1, 2>(c, B, b, r);
+}
+
+// Dequantizes block b into panel columns [pc, pc + nb) of a [K, ld] f32 panel (prefill).
+void dequant_block(const Call& c, Layout l, int64_t b, float* panel, int64_t ld, int64_t pc) {
+  const int64_t B = block_n(l), n0 = b * B, nb = std::min(B, c.N - n0);
+  const bool split = nb == B && l != Layout::Pairs;
+  const uint8_t* wb = c.w + n0 * c.K / 2;
+  float s[64], z[64];
+  for (int64_t kb = 0; kb < c.KB; ++kb) {
+    for (int64_t n = 0; n < nb; ++n) {
+      s[n] = sz_at(c, kb, n0 + n, 0);
+      z[n] = sz_at(c, kb, n0 + n, 1) - 8.f * s[n];
+    }
+    for (int64_t k = kb * c.g; k < (kb + 1) * c.g; ++k) {
+      const uint8_t* row = wb + k * nb / 2;
+      float* dst = panel + k * ld + pc;
+      if (split) {
+        const int64_t h = nb / 2;
+        for (int64_t j = 0; j < h; ++j) dst[j] = static_cast<float>(row[j] & 15) * s[j] + z[j];
+        for (int64_t j = 0; j < h; ++j) dst[h + j] = static_cast<float>(row[j] >> 4) * s[h + j] + z[h + j];
+      } else {
+        for (int64_t j = 0; j < nb / 2; ++j) {
+          dst[2 * j] = static_cast<float>(row[j] & 15) * s[2 * j] + z[2 * j];
+          dst[2 * j + 1] = static_cast<float>(row[j] >> 4) * s[2 * j + 1] + z[2 * j + 1];
+        }
+      }
+    }
+  }
+}
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+const char* isa_name(Isa i) { return i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "scalar"; }
+
+class LinearInt4Kernel final : public Kernel {
+ public:
+  // Rows up to this run the register kernel; more rows dequantize panels for oneDNN's matmul.
+  static constexpr int64_t kDirectRows = 8;
+
+  LinearInt4Kernel(const Node& n) {
+    const TensorType& x = n.inputs[0]->type;
+    t_ = x.dtype;
+    K_ = x.size(x.rank() - 1);
+    N_ = n.inputs[1]->type.size(0);
+    M_ = K_ ? x.numel() / K_ : 0;
+    if (K_ == 0) {
+      M_ = 1;
+      for (int64_t i = 0; i + 1 < static_cast<int64_t>(x.rank()); ++i) M_ *= x.size(i);
+    }
+    g_ = n.attrs.i("group_size");
+    parse_layout(n.attrs.s("layout"), &layout_);
+    const std::string isa = n.attrs.s("isa", "auto");
+    const bool has512 = cpu_has_avx512();
+    isa_ = isa == "scalar" ? Isa::Scalar : (isa == "avx2" || !has512) ? Isa::Avx2 : Isa::Avx512;
+    const int64_t KB = g_ ? K_ / g_ : 0;
+    if (t_ != DType::f32) {
+      xf_ = scratch_.add(M_ * K_ * 4);
+      of_ = scratch_.add(M_ * N_ * 4);
+    }
+    nblocks_ = (N_ + block_n(layout_) - 1) / block_n(layout_);
+    if (M_ > kDirectRows && K_ > 0) {
+      build_panels();
+      name_ = std::string("int4_dequant_panels_onednn_") + dtype_name(t_) + " (layout " + n.attrs.s("layout") +
+              ", " + std::to_string(panel_n_) + " columns a panel)";
+    } else {
+      xs_ = scratch_.add(M_ * KB * 4);
+      name_ = std::string("int4_gemv_") + isa_name(isa_) + "_" + dtype_name(t_) + " (layout " +
+              n.attrs.s("layout") + ")";
+    }
+  }
+
+  std::string name() const override { return name_; }
+  size_t scratch_bytes() const override { return scratch_.bytes; }
+  std::unique_ptr<KernelState> make_state() const override {
+    if (!panels_) return nullptr;
+    auto st = std::make_unique<State>();
+    for (int i = 0; i < slots_; ++i) {
+      st->full.push_back(full_.make_args());
+      if (tail_n_) st->tail.push_back(tail_.make_args());
+    }
+    return st;
+  }
+
+  void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
+    const int64_t MN = M_ * N_;
+    float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : ScratchLayout::at<float>(ctx, of_);
+    if (MN == 0) return;
+    if (K_ == 0) {
+      std::memset(o, 0, MN * 4);
+      finish(o, out[0]);
+      return;
+    }
+    const float* x = static_cast<const float*>(in[0]);
+    if (t_ != DType::f32) {
+      float* xf = ScratchLayout::at<float>(ctx, xf_);
+      to_f32(t_, in[0], xf, M_ * K_);
+      x = xf;
+    }
+    Call c{M_, K_, N_, g_, K_ / g_, static_cast<const uint8_t*>(in[1]), in[2], t_, x, nullptr, o};
+    if (panels_) run_panels(c, ctx);
+    else run_direct(c, ctx);
+    finish(o, out[0]);
+  }
+
+ private:
+  struct State : KernelState {
+    std::vector<Args> full, tail;  // one a thread slot
+  };
+
+  void finish(const float* o, void* out) const {
+    if (t_ != DType::f32) from_f32(t_, o, out, M_ * N_);
+  }
+
+  void run_direct(Call& c, const RunCtx& ctx) const {
+    float* xs = ScratchLayout::at<float>(ctx, xs_);
+    for (int64_t r = 0; r < M_; ++r)
+      for (int64_t kb = 0; kb < c.KB; ++kb) {
+        const float* p = c.x + r * K_ + kb * g_;
+        float s = 0;
+        for (int64_t k = 0; k < g_; ++k) s += p[k];
+        xs[r * c.KB + kb] = s;
+      }
+    c.xs = xs;
+    // blocks of columns over the threads; a block's output columns are zeroed by its thread
+    parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
+      const int64_t B = block_n(layout_);
+      const int64_t n0 = b0 * B, n1 = std::min(N_, b1 * B);
+      for (int64_t r = 0; r < M_; ++r) std::memset(c.o + r * N_ + n0, 0, (n1 - n0) * 4);
+      for (int64_t b = b0; b < b1; ++b) run_block(c, layout_, isa_, b, 0, M_);
+    });
+  }
+
+  // ---- prefill: panels of panel_n_ columns dequantized (all threads), then oneDNN f32 matmul
+  void build_panels() {
+    const int64_t B = block_n(layout_);
+    slots_ = std::max(1, num_threads());
+    // panels of at most about 1 MiB of f32 weights and about four a thread (balance), whole blocks
+    const int64_t by_size = (int64_t{1} << 18) / std::max<int64_t>(K_, 1) / B * B;
+    const int64_t by_count = (N_ / (4 * slots_) + B - 1) / B * B;
+    panel_n_ = std::min(std::max<int64_t>(B, std::min(by_size, by_count)), N_);
+    tail_n_ = N_ % panel_n_;
+    panels_ = true;
+    panel_bytes_ = static_cast<size_t>(K_ * panel_n_ * 4 + 63) / 64 * 64;
+    size_t pad = make_exec(full_, panel_n_);
+    if (tail_n_) pad = std::max(pad, make_exec(tail_, tail_n_));
+    pad_bytes_ = (pad + 63) / 64 * 64;
+    panel_ = scratch_.add(panel_bytes_ * slots_);
+    if (pad) pad_ = scratch_.add(pad_bytes_ * slots_);
+  }
+
+  size_t make_exec(Exec& e, int64_t cols) const {
+    using dims = dnnl::memory::dims;
+    dnnl::memory::desc a(dims{M_, K_}, dt::f32, dims{K_, 1});
+    dnnl::memory::desc w(dims{K_, cols}, dt::f32, dims{cols, 1});
+    dnnl::memory::desc d(dims{M_, cols}, dt::f32, dims{N_, 1});
+    dnnl::matmul::primitive_desc pd(engine(), a, w, d, default_attr());
+    e.init(dnnl::matmul(pd), pd.scratchpad_desc());
+    e.bind(DNNL_ARG_SRC, a);
+    e.bind(DNNL_ARG_WEIGHTS, w);
+    e.bind(DNNL_ARG_DST, d);
+    return e.scratch_bytes;
+  }
+
+  // Panel p: its blocks dequantized into slot `slot`'s buffer, then x @ panel into its columns
+  // of o (oneDNN runs it on the calling thread: inside a parallel region it does not fork).
+  void run_panel(const Call& c, State* st, char* panels, char* pads, int slot, int64_t p) const {
+    const int64_t B = block_n(layout_), p0 = p * panel_n_, cols = std::min(panel_n_, N_ - p0);
+    float* panel = reinterpret_cast<float*>(panels + slot * panel_bytes_);
+    for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
+    const bool tail = cols != panel_n_;
+    Args& a = (tail ? st->tail : st->full)[slot];
+    a.set(DNNL_ARG_SRC, const_cast<float*>(c.x));
+    a.set(DNNL_ARG_WEIGHTS, panel);
+    a.set(DNNL_ARG_DST, c.o + p0);
+    (tail ? tail_ : full_).run(a, pads ? pads + slot * pad_bytes_ : nullptr);
+  }
+
+  void run_panels(const Call& c, const RunCtx& ctx) const {
+    State* st = static_cast<State*>(ctx.state);
+    char* panels = ScratchLayout::at<char>(ctx, panel_);
+    char* pads = ScratchLayout::at<char>(ctx, pad_);
+    const int64_t P = (N_ + panel_n_ - 1) / panel_n_;
+    const int nt = static_cast<int>(std::min<int64_t>({num_threads(), slots_, P}));
+    if (nt <= 1 || omp_in_parallel()) {
+      for (int64_t p = 0; p < P; ++p) run_panel(c, st, panels, pads, 0, p);
+      return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num();
+      for (int64_t p = t; p < P; p += nt) run_panel(c, st, panels, pads, t, p);
+    }
+  }
+
+  DType t_ = DType::f32;
+  int64_t M_ = 0, K_ = 0, N_ = 0, g_ = 0, nblocks_ = 0;
+  Layout layout_ = Layout::Avx512;
+  Isa isa_ = Isa::Avx2;
+  ScratchLayout scratch_;
+  static constexpr size_t kNone = ScratchLayout::kNone;
+  size_t xf_ = kNone, of_ = kNone, xs_ = kNone, panel_ = kNone, pad_ = kNone, panel_bytes_ = 0, pad_bytes_ = 0;
+  int slots_ = 1;  // threads the panel path may use (its scratch holds a panel for each)
+  bool panels_ = false;
+  int64_t panel_n_ = 0, tail_n_ = 0;
+  Exec full_, tail_;
+  std::string name_;
+};
+
+std::unique_ptr<Kernel> make_linear_int4(const Node& n, const BuildCtx&) {
+  return std::make_unique<LinearInt4Kernel>(n);
+}
+
+}  // namespace
+
+AG_REGISTER_OP(linear_int4, {.name = "linear_int4", .min_inputs = 3, .max_inputs = 3, .infer = infer_linear_int4,
+                             .make_kernel = make_linear_int4, .props = kCostlyKernel});
+
+}  // namespace ag

@@ -1,0 +1,193 @@
+"""int4 weight-only linear layers (torchao's PrototypeInt4WeightOnlyConfig on CPU, which calls
+torch's `_weight_int4pack_mm_for_cpu`) run on the engine's linear_int4 kernel, reading torch's
+packed weight where it lies: the op against torch's own on several shapes, group sizes and dtypes;
+a torchao-quantized MLP against torchao's eager answer, with no float copy of a weight in the
+engine graph; torch's AVX2 and scalar packed layouts (another CPU capability, in a subprocess);
+weights changed in place after compiling.
+
+torchao's op has no derivative, so a quantized model with a trainable bias compiles only under
+torch.no_grad() (AOTAutograd traces the backward otherwise; eager never does): the tests call it so.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import airgraph
+import airgraph.backend as backend
+from airgraph.lowering.quant import packed_layout, unpack_int4
+from conftest import assert_close, compile_native
+
+torchao = pytest.importorskip("torchao", reason="torchao is not installed (requirements-dev.txt installs it)")
+from torchao.prototype.quantization.int4.inference_workflow import PrototypeInt4WeightOnlyConfig  # noqa: E402
+from torchao.quantization import quantize_  # noqa: E402
+
+int4mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+
+
+def packed_operands(n, k, g, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32, generator=gen)
+    w = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    sz = torch.stack([torch.rand(k // g, n, generator=gen) * 0.05 + 0.005,
+                      (torch.rand(k // g, n, generator=gen) - 0.5) * 0.1], dim=-1).to(dtype)
+    return q, w, sz
+
+
+@pytest.fixture
+def engine_graphs(monkeypatch):
+    """The engine graphs compiled during the test."""
+    graphs = []
+    real = backend.compile_aten_graph
+
+    def spy(*a, **k):
+        run = real(*a, **k)
+        graphs.extend(getattr(run, "engine_graphs", []))
+        return run
+
+    monkeypatch.setattr(backend, "compile_aten_graph", spy)
+    return graphs
+
+
+def ops_of(graphs):
+    return [op for g in graphs for _, op, _ in g.exe.instructions()]
+
+
+def test_probe_finds_this_process_layout():
+    layout = packed_layout()
+    cap = torch.backends.cpu.get_cpu_capability()
+    assert layout == {"AVX512": "avx512", "AVX2": "avx2", "DEFAULT": "pairs"}.get(cap), (cap, layout)
+    # the probe's decoder reads a packed weight back (a partial last block included)
+    q, w, _ = packed_operands(176, 64, 32, torch.float32)
+    assert torch.equal(unpack_int4(w, 176, 64, layout), q)
+
+
+class Int4Mm(torch.nn.Module):
+    """The op with its packed weight and scales as buffers (bound as engine constants)."""
+
+    def __init__(self, w, g, sz):
+        super().__init__()
+        self.g = g
+        self.register_buffer("w", w)
+        self.register_buffer("sz", sz)
+
+    def forward(self, x):
+        return int4mm(x, self.w, self.g, self.sz)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,k,n,g", [(1, 256, 176, 64), (3, 128, 64, 32), (4, 512, 192, 256), (17, 256, 112, 128),
+                                     (1, 896, 640, 128)])
+def test_op_matches_torch(dtype, m, k, n, g, engine_graphs):
+    _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
+    x = torch.randn(m, k).to(dtype)
+    mod = Int4Mm(w, g, sz)
+    with torch.no_grad():
+        got = compile_native(mod)(x)
+    assert_close(got, int4mm(x, w, g, sz))
+    assert ops_of(engine_graphs) == ["linear_int4"], ops_of(engine_graphs)
+
+
+def test_op_with_weights_as_inputs(engine_graphs):
+    """The packed weight and scales as function arguments (graph inputs, read per call)."""
+    _, w, sz = packed_operands(128, 256, 64, torch.bfloat16)
+    fn = compile_native(lambda x, w, sz: int4mm(x, w, 64, sz))
+    for m in (1, 2, 9):
+        x = torch.randn(m, 256, dtype=torch.bfloat16)
+        assert_close(fn(x, w, sz), int4mm(x, w, 64, sz))
+    assert "linear_int4" in ops_of(engine_graphs)
+
+
+def quantized_mlp(dtype, group_size):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.SiLU(), torch.nn.Linear(256, 128, bias=False),
+                            torch.nn.ReLU(), torch.nn.Linear(128, 48)).to(dtype).eval()
+    quantize_(m, PrototypeInt4WeightOnlyConfig(group_size=group_size))
+    return m
+
+
+@pytest.mark.parametrize("dtype,group_size", [(torch.bfloat16, 64), (torch.float32, 32), (torch.bfloat16, 128)])
+def test_torchao_mlp_matches_eager_with_no_float_weights(dtype, group_size, engine_graphs):
+    m = quantized_mlp(dtype, group_size)
+    assert type(m[0].weight).__name__ == "Int4OpaqueTensor"
+    c = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=False)
+    with torch.no_grad():
+        for rows in (1, 3, 17):
+            x = torch.randn(rows, 256, dtype=dtype)
+            assert_close(c(x), m(x), msg=f"{rows} rows")
+    assert engine_graphs
+    for g in engine_graphs:
+        ops = [op for _, op, _ in g.exe.instructions()]
+        assert ops.count("linear_int4") == 3 and not {"linear", "matmul"} & set(ops), ops
+        # no float [N, K] weight anywhere: not an input, and the constants are smaller than one
+        # float copy of the smallest weight (they hold the biases at most)
+        lay = g.exe.layout()
+        shapes = [(dt, list(s)) for dt, s in lay["inputs"]]
+        for n, k in ((256, 256), (128, 256), (48, 128)):
+            assert not any(list(s) in ([n, k], [k, n]) and dt != "uint8" for dt, s in shapes), shapes
+        assert g.exe.stats()["const_bytes"] < 48 * 128 * 2, g.exe.stats()
+        kernels = [kn for _, op, kn in g.exe.instructions() if op == "linear_int4"]
+        assert all("int4_" in kn for kn in kernels), kernels
+
+
+def test_other_cpu_capability_layouts(tmp_path):
+    """torch packs for the capability it dispatched to: ATEN_CPU_CAPABILITY=avx2 (or default) gives
+    the AVX2 (or scalar) layout on any x86 CPU; the engine must read that one then. Both processes
+    share one compile cache: the second must not replay the first's graph (it names the layout)."""
+    for capability, layout in (("avx2", "avx2"), ("default", "pairs")):
+        script = textwrap.dedent(f"""
+            import torch, airgraph
+            from airgraph.lowering.quant import packed_layout
+            assert packed_layout() == {layout!r}, packed_layout()
+            torch.manual_seed(0)
+            mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+            for dtype, (m, k, n, g) in [(torch.float32, (1, 256, 176, 64)), (torch.bfloat16, (3, 128, 112, 32)),
+                                        (torch.float32, (12, 128, 80, 32))]:
+                q = torch.randint(0, 16, (n, k), dtype=torch.int32)
+                w = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+                sz = torch.stack([torch.rand(k // g, n) * 0.05 + 0.005, torch.rand(k // g, n) * 0.1 - 0.05], -1)
+                sz = sz.to(dtype)
+                x = torch.randn(m, k).to(dtype)
+                fn = torch.compile(lambda x, w, sz: mm(x, w, g, sz),
+                                   backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=False)
+                tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=1.6e-2, rtol=2e-2)
+                torch.testing.assert_close(fn(x, w, sz), mm(x, w, g, sz), **tol)
+                torch._dynamo.reset()
+            print("ok", torch.backends.cpu.get_cpu_capability())
+        """)
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, AIRGRAPH_CACHE_DIR=str(tmp_path))
+        r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "ok" in r.stdout, f"{capability}: " + r.stdout + r.stderr
+
+
+def test_torchao_weight_changed_in_place_is_seen(engine_graphs):
+    """torchao's weight reaches the graph as its parts (AOTAutograd flattens the subclass), passed
+    on every call: an in-place change is read on the next call, with no rebuild."""
+    m = quantized_mlp(torch.bfloat16, 64)
+    c = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=False)
+    x = torch.randn(2, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert_close(c(x), m(x))
+        before = m(x)
+        m[0].weight.scale_and_zero.mul_(1.5)
+        m[2].weight.qdata.copy_(m[2].weight.qdata.flip(0))
+        after = m(x)
+        assert (after - before).abs().max() > 0.1  # the change matters
+        assert_close(c(x), after)
+
+
+def test_bound_packed_weight_changed_in_place_rebuilds():
+    """Packed weight and scales as buffers are engine constants: an in-place change rebuilds."""
+    _, w, sz = packed_operands(128, 256, 64, torch.float32)
+    mod = Int4Mm(w, 64, sz)
+    with backend.collect_reports() as reports, torch.no_grad():
+        c = torch.compile(mod, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=False)
+        x = torch.randn(1, 256)
+        assert_close(c(x), mod(x))
+        mod.w.copy_(mod.w.flip(0))
+        mod.sz.mul_(-1)
+        assert_close(c(x), mod(x))
+    assert sum(r.rebuilds for r in reports) == 1, [r.rebuilds for r in reports]
