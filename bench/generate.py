@@ -94,13 +94,24 @@ def apply_weights(model, weights: str):
     raise SystemExit(f"unknown weights {weights!r} ({', '.join(WEIGHTS)})")
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM: unlike getrusage's ru_maxrss, not carried over
-    from the process that started it)."""
+def _status_mb(key: str) -> float:
     for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
+        if line.startswith(key):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike getrusage's ru_maxrss, not carried over
+    from the process that started it). Building a model from a config peaks above what it then
+    holds (random initialization), so this is often the build's peak for every backend."""
+    return _status_mb("VmHWM:")
+
+
+def rss_mb() -> float:
+    """What this process holds now (VmRSS): after the timed generate() calls, the weights, their
+    packed copies, KV caches, arenas and compiled code."""
+    return _status_mb("VmRSS:")
 
 
 def tensor_bytes(t) -> int:
@@ -191,6 +202,7 @@ def worker(a) -> dict:
             steps += s
             tokens.append(toks.tolist())
     res["peak_rss_mb"] = peak_rss_mb()
+    res["rss_mb"] = rss_mb()
     res["prefill_ms"] = statistics.median(pre)
     res["decode_ms"] = statistics.median(steps)
     res["tokens"] = tokens
@@ -371,7 +383,7 @@ def main():
 
 
 TABLE_HEADER = ("| weights | cache | batch | backend | first generate() (ms) | prefill (ms) | decode (ms/token) "
-                "| floor (ms/token) | peak RSS (MB) | tokens = eager | notes |\n|---|---|---|---|---|---|---|---|---|---|---|")
+                "| floor (ms/token) | RSS after (MB) | peak RSS (MB) | tokens = eager | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def measure(a, gbs: float, log=None) -> list[dict]:
@@ -434,7 +446,7 @@ def _run_worker(a, backend: str, cache: str, batch: int, extra=(), env=None) -> 
 def _row(r: dict) -> str:
     w = r.get("weights", "fp32")
     if "error" in r:
-        return (f"| {w} | {r['cache']} | {r['batch']} | {r['backend']} | - | - | - | {r['floor_ms']:.2f} | - | - | "
+        return (f"| {w} | {r['cache']} | {r['batch']} | {r['backend']} | - | - | - | {r['floor_ms']:.2f} | - | - | - | "
                 f"{r['error']} |")
     notes = [f"first token {r['first_token_ms']:.0f} ms"] if "first_token_ms" in r else []
     if "dynamo_frames" in r:
@@ -445,7 +457,8 @@ def _row(r: dict) -> str:
             notes.append(f"{r['build_ms_median']:.1f} ms per new size")
     eq = {True: "yes", False: "NO"}.get(r.get("equal"), "-")
     return (f"| {w} | {r['cache']} | {r['batch']} | {r['backend']} | {r['first_ms']:.0f} | {r['prefill_ms']:.2f} | "
-            f"{r['decode_ms']:.2f} | {r['floor_ms']:.2f} | {r.get('peak_rss_mb', 0):.0f} | {eq} | {'; '.join(notes)} |")
+            f"{r['decode_ms']:.2f} | {r['floor_ms']:.2f} | {r.get('rss_mb', 0):.0f} | {r.get('peak_rss_mb', 0):.0f} | {eq} | "
+            f"{'; '.join(notes)} |")
 
 
 if __name__ == "__main__":

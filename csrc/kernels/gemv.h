@@ -104,6 +104,10 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
           if (avx512) k = dot4_avx512(xr, w0, K, s);
         }
         for (; k + 8 <= K; k += 8) {
+          if constexpr (!std::is_same_v<W, float>) {  // (the next four rows: see dot4_avx512)
+            if (((k * sizeof(W)) & 63) == 0)
+              for (const W* r : {w0, w1, w2, w3}) _mm_prefetch(reinterpret_cast<const char*>(r + 4 * K + k), _MM_HINT_T0);
+          }
           const __m256 xv = _mm256_loadu_ps(xr + k);
           a0 = _mm256_fmadd_ps(load8(w0 + k), xv, a0);
           a1 = _mm256_fmadd_ps(load8(w1 + k), xv, a1);

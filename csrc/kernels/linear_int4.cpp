@@ -190,6 +190,7 @@ void block_split_avx2(const Call& c, int64_t B, int64_t b, int64_t r0) {
       const uint8_t* p = wb + kb * c.g * rowb + t * 16;
       const float* xk = c.x + r0 * c.K + kb * c.g;
       for (int64_t k = 0; k < c.g; k += U) {  // (g is a multiple of 32)
+        if (((k * rowb) & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + k * rowb + 2048), _MM_HINT_T0);
         for (int u = 0; u < U; ++u) {
           const uint8_t* q = p + (k + u) * rowb;
           const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
@@ -274,6 +275,9 @@ AG_AVX512 void block_split_avx512(const Call& c, int64_t b, int64_t r0) {
     const uint8_t* p = wb + kb * c.g * rowb;
     const float* xk = c.x + r0 * c.K + kb * c.g;
     for (int64_t k = 0; k < c.g; k += U) {
+      // the bytes 2 KiB ahead (the next group's, at the end of this one): the loop is too busy
+      // widening nibbles for the hardware prefetcher alone to keep the memory bus full
+      if ((k * rowb) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(p + k * rowb + 2048), _MM_HINT_T0);
       for (int u = 0; u < U; ++u) {
         __m512 w[2 * T];
         for (int t = 0; t < T; ++t) {

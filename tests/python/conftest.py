@@ -73,3 +73,19 @@ def check(fn, *inputs, atol=None, rtol=None, equal_nan=True, **cfg):
 def _reset_dynamo():
     torch._dynamo.reset()
     yield
+
+
+@pytest.fixture
+def engine_graphs(monkeypatch):
+    """The engine graphs (EngineGraph: .exe.instructions(), .exe.stats()) compiled during the test."""
+    import airgraph.backend as backend
+    graphs = []
+    real = backend.compile_aten_graph
+
+    def spy(*a, **k):
+        run = real(*a, **k)
+        graphs.extend(getattr(run, "engine_graphs", []))
+        return run
+
+    monkeypatch.setattr(backend, "compile_aten_graph", spy)
+    return graphs

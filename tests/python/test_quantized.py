@@ -22,18 +22,9 @@ def _mlp(k=64, n=96, out=32, dtype=torch.float32):
     return m
 
 
-def _kernels(fn, x, monkeypatch):
-    """[(fx name, engine op, kernel name)] of the engine graphs compiled for fn(x) (fallback off)."""
-    import airgraph.backend as be
-    graphs = []
-    real = be.compile_aten_graph
-
-    def spy(*a, **k):
-        run = real(*a, **k)
-        graphs.extend(getattr(run, "engine_graphs", []))
-        return run
-
-    monkeypatch.setattr(be, "compile_aten_graph", spy)
+def _kernels(fn, x, graphs):
+    """fn(x) compiled (fallback off) and [(fx name, engine op, kernel name)] of its engine graphs
+    (`graphs`: conftest's engine_graphs fixture)."""
     with torch.no_grad():
         got = compile_native(fn)(x)
     return got, [i for g in graphs for i in g.exe.instructions()]
@@ -41,13 +32,13 @@ def _kernels(fn, x, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 4, 5, 33])
-def test_int8_weights_stay_int8_in_the_engine(dtype, rows, monkeypatch):
+def test_int8_weights_stay_int8_in_the_engine(dtype, rows, engine_graphs):
     """Every linear reads the int8 bytes (GEMV up to four rows, per-block widening beyond), no node
     converts a weight per call, and the result is torchao's eager one. K = 100 and N = 300, 37:
     K and row tails of the GEMV, a bias and ReLU after the scale."""
     m = _mlp(100, 300, 37, dtype)
     x = torch.randn(rows, 100, dtype=dtype)
-    got, ins = _kernels(m, x, monkeypatch)
+    got, ins = _kernels(m, x, engine_graphs)
     with torch.no_grad():
         want = m(x)
     if dtype == torch.float32:
@@ -59,7 +50,7 @@ def test_int8_weights_stay_int8_in_the_engine(dtype, rows, monkeypatch):
     assert not [op for _, op, _ in ins if op in ("convert", "matmul")], ins
 
 
-def test_weight_int8pack_mm_lowered(monkeypatch):
+def test_weight_int8pack_mm_lowered(engine_graphs):
     """torch's fused weight-only int8 op (gpt-fast): with constant weights it reads them as int8;
     with the weights passed as an input it runs as written (a convert and a matmul)."""
     torch.manual_seed(0)
@@ -76,7 +67,7 @@ def test_weight_int8pack_mm_lowered(monkeypatch):
     m = M()
     for rows in (2, 9):
         x = torch.randn(rows, 45)
-        got, ins = _kernels(m, x, monkeypatch)
+        got, ins = _kernels(m, x, engine_graphs)
         torch.testing.assert_close(got, m(x), rtol=1e-4, atol=1e-4)
         assert [k for _, op, k in ins if op == "linear"] and "int8_weights" in ins[0][2], ins
     fn = lambda x, w, s: torch.ops.aten._weight_int8pack_mm(x, w, s)  # noqa: E731

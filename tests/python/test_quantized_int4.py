@@ -37,21 +37,6 @@ def packed_operands(n, k, g, dtype, seed=0):
     return q, w, sz
 
 
-@pytest.fixture
-def engine_graphs(monkeypatch):
-    """The engine graphs compiled during the test."""
-    graphs = []
-    real = backend.compile_aten_graph
-
-    def spy(*a, **k):
-        run = real(*a, **k)
-        graphs.extend(getattr(run, "engine_graphs", []))
-        return run
-
-    monkeypatch.setattr(backend, "compile_aten_graph", spy)
-    return graphs
-
-
 def ops_of(graphs):
     return [op for g in graphs for _, op, _ in g.exe.instructions()]
 
