@@ -6,6 +6,7 @@
                                              # small decoder's generation cells at batch 1 (~2-3 min)
     python bench/run.py --micro-only         # only the host-overhead, engine-loop and fusion micro-benchmarks
     python bench/run.py --generation-only --generation-models small   # only the generation section, zoo decoder
+    python bench/run.py --generation-only --generation-models 0.5b --generation-weights fp32,bf16,int8,int4
     python bench/run.py --first-call-only --size small --first-call-models bert,resnet50   # only first calls
 
 Backends: eager, inductor (torch.compile default), airgraph, openvino (OpenVINO's
@@ -583,7 +584,8 @@ def generation(models: list[str], backends: list[str], a) -> dict:
     for m in models:
         rows_of = backends if a.tiny else gen.with_warm_rows(backends)  # (+ Inductor warm, cache_compile cold/warm)
         ns = SimpleNamespace(model=m, backends=",".join(rows_of), caches=GEN_CACHES, batches=batches,
-                             prompt=GEN_PROMPT, new=a.generation_new, repeats=a.generation_repeats, timeout=a.timeout)
+                             prompt=GEN_PROMPT, new=a.generation_new, repeats=a.generation_repeats, timeout=a.timeout,
+                             weights=a.generation_weights)
         t0 = time.perf_counter()
         with _LoadMeter(children=True) as meter:
             cells = gen.measure(ns, gbs, log=lambda r: print(f"  generation {m}: {gen._row(r)}", flush=True))
@@ -1071,6 +1073,9 @@ def main():
     ap.add_argument("--no-generation", action="store_true", help="skip the generation section")
     ap.add_argument("--generation-only", action="store_true",
                     help="only the generation section (no zoo models, no micro-benchmarks)")
+    ap.add_argument("--generation-weights", default="fp32",
+                    help="comma-separated weight formats for the generation cells: fp32, bf16, int8 (torchao), int4 "
+                         "(torchao); bench/generate.py's --weights")
     ap.add_argument("--generation-models", default="",
                     help=f"comma-separated bench/generate.py models ({', '.join(GEN_MODEL_CHOICES)}) for the "
                          f"generation section (default: {GEN_MODELS}); --backends applies to it, and --batches "
@@ -1339,7 +1344,9 @@ def _generation_targets(gen: dict | None) -> list[dict]:
     """The issue's generation targets, each met / missed / not evaluated with the figures it rests on."""
     if not gen:
         return []
-    rows = {(r["model"], r["cache"], r["batch"], r["backend"]): r for r in gen["rows"]}
+    # (the issue's generation targets are about fp32 weights; --generation-weights adds other rows)
+    rows = {(r["model"], r["cache"], r["batch"], r["backend"]): r for r in gen["rows"]
+            if r.get("weights", "fp32") == "fp32"}
     cells = sorted({(r["model"], r["cache"], r["batch"]) for r in gen["rows"]},
                    key=lambda k: (gen["models"].index(k[0]), k[1], k[2]))
     out = []

@@ -27,9 +27,10 @@ struct BuildCtx {
   // Kernels may leave packing their constant weights for after the program's first run
   // (base/background.h). Off for constant folding, symbolic graphs and tests that time packing.
   bool background = false;
-  // GEMMs with fewer rows than this pack their constant weights into oneDNN's preferred layout (a
-  // copy beside the caller's); wider ones read them in place, where oneDNN's implementation on the
-  // weights as stored is as fast (one copy of the weights). CompilerConfig.pack_weights.
+  // Linear GEMMs ([N, K] weights) with fewer rows than this pack their constant weights into oneDNN's
+  // preferred layout (a copy beside the caller's); wider ones read them in place, where oneDNN's
+  // implementation on the weights as stored is about as fast (one copy of the weights). A constant
+  // [K, N] matmul operand is always packed. CompilerConfig.pack_weights.
   int64_t pack_rows = INT64_MAX;
   // Threads that packing a weight runs on (0: the building thread's own count). Kernels built
   // on several threads at once (compile_program) pack with one thread each.
