@@ -256,7 +256,9 @@ def test_bench_tiny(tmp_path):
     for cache in ("dynamic", "static"):
         for b in ("eager", "airgraph"):
             # first generate(), prefill, decode and floor as numbers; tokens equal eager's
-            assert re.search(rf"^\| {cache} \| 1 \| {b} \| \d+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| yes \|", md, re.M), md
+            # (then the RSS held after generating and the peak)
+            assert re.search(rf"^\| fp32 \| {cache} \| 1 \| {b} \| \d+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+ \| \d+ \| yes \|",
+                             md, re.M), md
     gen = data["generation"]
     assert gen["models"] == ["small"] and gen["bandwidth_gbs"] > 0, gen
     rows = {(r["cache"], r["backend"]): r for r in gen["rows"]}
@@ -342,7 +344,7 @@ def test_generation_benchmark_small():
     # bench/generate.py (README "Generating text") in a short configuration: eager vs airgraph
     out = _ok(_python(["bench/generate.py", "--backends", "eager,airgraph", "--caches", "dynamic",
                        "--batches", "1", "--new", "6", "--repeats", "1"], timeout=600))
-    rows = [l for l in out.splitlines() if l.startswith("| dynamic | 1 |")]
+    rows = [l for l in out.splitlines() if l.startswith("| fp32 | dynamic | 1 |")]
     assert any("| airgraph |" in r and "| yes |" in r and " 0 fallback nodes" in r for r in rows), out
     assert any("| eager |" in r for r in rows), out
     assert re.search(r"copy bandwidth [\d.]+ GB/s", out), out
