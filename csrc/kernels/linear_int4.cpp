@@ -39,7 +39,6 @@ namespace ag {
 namespace {
 
 using namespace dnnl_util;
-using dt = dnnl::memory::data_type;
 
 enum class Layout { Avx512, Avx2, Pairs };
 enum class Isa { Avx512, Avx2, Scalar };
@@ -489,18 +488,11 @@ class LinearInt4Kernel final : public Kernel {
     if (pad) pad_ = scratch_.add(pad_bytes_ * slots_);
   }
 
-  size_t make_exec(Exec& e, int64_t cols) const {
-    using dims = dnnl::memory::dims;
-    dnnl::memory::desc a(dims{M_, K_}, dt::f32, dims{K_, 1});
-    dnnl::memory::desc w(dims{K_, cols}, dt::f32, dims{cols, 1});
-    dnnl::memory::desc d(dims{M_, cols}, dt::f32, dims{N_, 1});
-    dnnl::matmul::primitive_desc pd(engine(), a, w, d, default_attr());
-    e.init(dnnl::matmul(pd), pd.scratchpad_desc());
-    e.bind(DNNL_ARG_SRC, a);
-    e.bind(DNNL_ARG_WEIGHTS, w);
-    e.bind(DNNL_ARG_DST, d);
+  size_t make_exec(Exec& e, int64_t cols) const {  // (a panel is [K, cols] row-major)
+    init_panel_matmul(e, M_, K_, cols, N_, /*k_inner=*/false, /*bias=*/false);
     return e.scratch_bytes;
   }
+
 
   // Panel p: its blocks dequantized into slot `slot`'s buffer, then x @ panel into its columns
   // of o (oneDNN runs it on the calling thread: inside a parallel region it does not fork).

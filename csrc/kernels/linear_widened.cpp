@@ -23,7 +23,6 @@ namespace ag {
 namespace {
 
 using namespace dnnl_util;
-using dt = dnnl::memory::data_type;
 constexpr size_t kNone = ScratchLayout::kNone;
 
 template <typename W>
@@ -58,8 +57,9 @@ class WidenedLinearKernel final : public Kernel {
     }
     // Blocks of about 2 MB of widened weights (in L2 on most CPUs), a multiple of 16 columns.
     nb_ = std::min<int64_t>(N, std::max<int64_t>(16, (int64_t{2} << 20) / (4 * K) / 16 * 16));
-    build(full_, nb_);
-    if (N % nb_) build(tail_, N % nb_);
+    // (a block is [nb, K] widened weight rows, read as its [K, nb] transpose, writing columns n0..)
+    impl_ = init_panel_matmul(full_, M, K, nb_, N, /*k_inner=*/true, has_bias_);
+    if (N % nb_) init_panel_matmul(tail_, M, K, N % nb_, N, true, has_bias_);
     w_blk_ = scratch_.add(nb_ * K * 4);
     pad_ = scratch_.add(std::max(full_.scratch_bytes, tail_.scratch_bytes));
     name_ = std::string("onednn_matmul_f32_") + wname() + "_weights_" + dtype_name(t_) + " (" + impl_ +
@@ -95,8 +95,8 @@ class WidenedLinearKernel final : public Kernel {
     }
     float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : ScratchLayout::at<float>(ctx, out_f32_);
     if (gemv_) {
+      // (x is float32 or bfloat16: infer_linear; the GEMV rounds a bf16 result itself)
       gemv::run(x, w_, M_, N_, K_, bias, o, t_ == DType::bf16 ? static_cast<uint16_t*>(out[0]) : nullptr, epi_, in);
-      if (t_ != DType::f32 && t_ != DType::bf16) from_f32(t_, o, out[0], M_ * N_);
       return;
     }
     State* st = static_cast<State*>(ctx.state);
@@ -127,24 +127,6 @@ class WidenedLinearKernel final : public Kernel {
   struct State : KernelState {
     Args full, tail;
   };
-
-  // The f32 matmul of x [M, K] with a block of nb widened weight rows ([nb, K] in scratch, read as
-  // its [K, nb] transpose), writing columns n0.. of the [M, N] result (and adding bias[n0..]).
-  void build(Exec& e, int64_t nb) {
-    const dnnl::memory::desc a_md = plain_desc({M_, K_}, dt::f32);
-    const dnnl::memory::desc b_md({K_, nb}, dt::f32, dnnl::memory::dims{1, K_});
-    const dnnl::memory::desc o_md({M_, nb}, dt::f32, dnnl::memory::dims{N_, 1});
-    const dnnl::memory::desc bias_md({1, nb}, dt::f32, dnnl::memory::dims{N_, 1});
-    dnnl::matmul::primitive_desc pd =
-        has_bias_ ? dnnl::matmul::primitive_desc(engine(), a_md, b_md, bias_md, o_md, default_attr())
-                  : dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, default_attr());
-    impl_ = pd.impl_info_str();
-    e.init(dnnl::matmul(pd), pd.scratchpad_desc());
-    e.bind(DNNL_ARG_SRC, a_md);
-    e.bind(DNNL_ARG_WEIGHTS, b_md);
-    e.bind(DNNL_ARG_DST, o_md);
-    if (has_bias_) e.bind(DNNL_ARG_BIAS, bias_md);
-  }
 
   int64_t M_, K_, N_, nb_ = 0;
   DType t_ = DType::f32;

@@ -207,6 +207,23 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
   return packed.data() ? packed.data() : src;
 }
 
+std::string init_panel_matmul(Exec& e, int64_t M, int64_t K, int64_t cols, int64_t ldo, bool k_inner, bool bias) {
+  using dims = dnnl::memory::dims;
+  const auto f32 = dnnl::memory::data_type::f32;
+  const dnnl::memory::desc a_md = plain_desc({M, K}, f32);
+  const dnnl::memory::desc b_md({K, cols}, f32, k_inner ? dims{1, K} : dims{cols, 1});
+  const dnnl::memory::desc o_md({M, cols}, f32, dims{ldo, 1});
+  const dnnl::memory::desc bias_md({1, cols}, f32, dims{ldo, 1});
+  dnnl::matmul::primitive_desc pd = bias ? dnnl::matmul::primitive_desc(engine(), a_md, b_md, bias_md, o_md, default_attr())
+                                         : dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, default_attr());
+  e.init(dnnl::matmul(pd), pd.scratchpad_desc());
+  e.bind(DNNL_ARG_SRC, a_md);
+  e.bind(DNNL_ARG_WEIGHTS, b_md);
+  e.bind(DNNL_ARG_DST, o_md);
+  if (bias) e.bind(DNNL_ARG_BIAS, bias_md);
+  return pd.impl_info_str();
+}
+
 void* widened(DType t, bool emu, void* x, int64_t n, void* wide) {
   if (!emu) return x;
   to_f32(t, x, static_cast<float*>(wide), n);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -129,6 +130,13 @@ class PrepackCache {
   std::vector<std::pair<Key, std::weak_ptr<void>>> entries_;
   size_t hits_ = 0;
 };
+
+// The f32 matmul of x [M, K] (row-major) with a panel of `cols` weight columns widened into scratch,
+// writing `cols` columns of a row-major result with `ldo` elements a row (and adding a bias slice
+// [cols] when `bias`): the quantized and emulated linears' path for many rows (the panel's f32
+// bytes live only during the call). The panel is [cols, K] row-major when `k_inner` (a linear's
+// weight rows), else [K, cols]. Binds SRC, WEIGHTS, DST (and BIAS); returns the implementation's name.
+std::string init_panel_matmul(Exec& e, int64_t M, int64_t K, int64_t cols, int64_t ldo, bool k_inner, bool bias);
 
 // Per-run operands of a convolution-like primitive: `x` (n elements of t) widened to f32 into
 // `wide` when the primitive emulates a 16-bit dtype (`emu`), then reordered into the primitive's
