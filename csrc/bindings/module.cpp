@@ -676,6 +676,7 @@ NB_MODULE(_C, m) {
   });
   m.def("num_threads", &num_threads);
   m.def("packed_weight_bytes", &dnnl_util::packed_weight_bytes);  // weights copied into kernels' layouts, live
+  m.def("packed_weight_reuses", &dnnl_util::packed_weight_reuses);  // packed copies handed to another kernel
   m.def("pass_names", &pass_names);
   // What a compiled graph saved by this build means: every op's name, arity, properties, fused
   // instruction code and epilogue flag, and the passes. The compile cache keys on it, so an entry

@@ -8,6 +8,7 @@
 #include "kernels/common.h"
 #include "kernels/epilogue.h"
 #include "kernels/onednn_util.h"
+#include "ir/serialize.h"
 
 namespace ag {
 namespace {
@@ -226,16 +227,18 @@ class ConvKernel final : public Kernel {
     if (k0_) fold_bias(b_const);
     if (w_const) {  // prepack once
       std::function<void(float*)> fold;
+      uint64_t fold_tag = 0;  // (names the scale folded in: graphs folding the same one share the copy)
       if (fold_mul_) {
-        fold = [this](float* w) {  // W[o, ...] *= scale[o]
+        std::vector<float> scale(static_cast<size_t>(O_));
+        for (int64_t o = 0; o < O_; ++o) scale[o] = channel_value(epi_.ops[0], o);
+        fold_tag = checksum64(scale.data(), scale.size() * sizeof(float)) | 1;
+        fold = [this, scale = std::move(scale)](float* w) {  // W[o, ...] *= scale[o]
           const int64_t per = w_n_ / O_;
-          for (int64_t o = 0; o < O_; ++o) {
-            const float a = channel_value(epi_.ops[0], o);
-            for (int64_t i = 0; i < per; ++i) w[o * per + i] *= a;
-          }
+          for (int64_t o = 0; o < O_; ++o)
+            for (int64_t i = 0; i < per; ++i) w[o * per + i] *= scale[o];
         };
       }
-      const void* w = prepack(ctx, w_const, t_, w_n_, emu_ || fold_mul_, w_plain_, w_md_, packed_, fold);
+      const void* w = prepack(ctx, w_const, t_, w_n_, emu_ || fold_mul_, w_plain_, w_md_, packed_, fold, fold_tag);
       exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
     }
   }

@@ -7,6 +7,7 @@
 #include "kernels/common.h"
 #include "base/memory.h"
 #include "base/parallel.h"
+#include "ir/serialize.h"
 
 namespace ag::dnnl_util {
 
@@ -140,12 +141,16 @@ void Reorder::run_once(void* from, void* to) const {
   run(a, from, to);
 }
 
-Buffer PrepackCache::find(const Key& k) {
+Buffer PrepackCache::find(const Key& k, const uint64_t* sum) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, w] : entries_) {
-    if (!(key == k)) continue;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (!(it->key == k)) continue;
     Buffer b;
-    b.p = w.lock();
+    if (sum && *sum != it->sum) {  // the same address holds other values now: never serve the old copy
+      entries_.erase(it);
+      return b;
+    }
+    b.p = it->packed.lock();
     if (b.p) {
       b.bytes = k.to.get_size();
       ++hits_;
@@ -155,14 +160,15 @@ Buffer PrepackCache::find(const Key& k) {
   return {};
 }
 
-void PrepackCache::put(const Key& k, const Buffer& b) {
+void PrepackCache::put(const Key& k, const Buffer& b, uint64_t sum) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(entries_, [](const auto& e) { return e.second.expired(); });
-  entries_.emplace_back(k, b.p);
+  std::erase_if(entries_, [&](const Entry& e) { return e.packed.expired() || e.key == k; });
+  entries_.push_back({k, b.p, sum});
 }
 
 namespace {
 std::atomic<int64_t> g_packed_bytes{0};
+std::atomic<int64_t> g_packed_reuses{0};
 
 // A buffer for weights in another layout or dtype than the caller's, counted while it lives.
 Buffer counted_buffer(size_t bytes) {
@@ -173,18 +179,39 @@ Buffer counted_buffer(size_t bytes) {
   b.bytes = bytes;
   return b;
 }
+
+// Every packed copy in the process, keyed with its source's checksum (prepack's comment).
+PrepackCache& process_packed() {
+  static PrepackCache* c = new PrepackCache();  // (never destroyed: kernels may outlive static destruction)
+  return *c;
+}
 }  // namespace
 
 int64_t packed_weight_bytes() { return g_packed_bytes.load(); }
+int64_t packed_weight_reuses() { return g_packed_reuses.load(); }
 
 const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bool widen,
                     const dnnl::memory::desc& from, const dnnl::memory::desc& to, Buffer& packed,
-                    const std::function<void(float*)>& adjust) {
-  PrepackCache* cache = adjust ? nullptr : ctx.prepack;
-  const PrepackCache::Key key{src, t, widen, from, to};
-  if (cache && (widen || from != to)) {
-    packed = cache->find(key);
-    if (packed.data()) return packed.data();
+                    const std::function<void(float*)>& adjust, uint64_t adjust_tag) {
+  const bool shareable = (widen || from != to) && (!adjust || adjust_tag != 0);
+  const PrepackCache::Key key{src, t, widen, from, to, adjust ? adjust_tag : 0};
+  PrepackCache* graph = shareable ? ctx.prepack : nullptr;
+  if (graph) {
+    packed = graph->find(key);
+    if (packed.data()) {
+      ++g_packed_reuses;
+      return packed.data();
+    }
+  }
+  uint64_t sum = 0;
+  if (shareable) {
+    sum = checksum64(src, static_cast<size_t>(n) * dtype_size(t));
+    packed = process_packed().find(key, &sum);
+    if (packed.data()) {
+      ++g_packed_reuses;
+      if (graph) graph->put(key, packed);
+      return packed.data();
+    }
   }
   ThreadCountScope threads(ctx.pack_threads);  // (0: this thread's own count)
   Buffer tmp;
@@ -203,7 +230,10 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
   } else {
     packed = tmp;  // the plain layout is the preferred one: no copy of the weights (tmp may be empty)
   }
-  if (cache && packed.data()) cache->put(key, packed);
+  if (shareable && packed.data()) {
+    if (graph) graph->put(key, packed);
+    process_packed().put(key, packed, sum);
+  }
   return packed.data() ? packed.data() : src;
 }
 

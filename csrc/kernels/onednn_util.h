@@ -97,19 +97,27 @@ struct Reorder {
 // Constant weights in a kernel's preferred layout: `src` (n elements of `t`) widened to f32
 // when `widen`, changed by `adjust` (a BatchNorm scale folded in, say), then reordered from
 // `from` to `to`. Returns the bytes the kernel reads: packed.data(), or `src` itself when no
-// copy was needed. With ctx.prepack, kernels that pack the same constant the same way
-// (without `adjust`) share one packed copy: the programs one graph builds for its sizes keep one
-// copy of the weights, not one per size.
+// copy was needed.
+//
+// A packed copy is made once per weight and layout in the process: every kernel that packs the
+// same bytes the same way (every graph, every size: prefill and decode, a static graph and the
+// symbolic one Dynamo recompiles it into) shares it. The process-wide registry keys a copy by the
+// source's address, layouts and a 64-bit checksum of its bytes taken when it was packed, and checks
+// the checksum again before handing it out, so a weight changed in place (same address, new values)
+// is packed again, never served stale. ctx.prepack (one symbolic graph's builds, whose weight guard
+// rebuilds them all on any change) is consulted first, without the checksum. `adjust_tag` names
+// what `adjust` does (a checksum of its scale): 0 with an `adjust` keeps the copy unshared.
 const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bool widen,
                     const dnnl::memory::desc& from, const dnnl::memory::desc& to, Buffer& packed,
-                    const std::function<void(float*)>& adjust = {});
+                    const std::function<void(float*)>& adjust = {}, uint64_t adjust_tag = 0);
 
 // Bytes of weights held in another layout or dtype than the caller's (prepack's copies), process-wide.
 int64_t packed_weight_bytes();
+// Times prepack handed out a copy another kernel had made (either cache), process-wide.
+int64_t packed_weight_reuses();
 
 // Packed weights shared by the kernels of builds that name it in their BuildCtx (one set of bound
-// weights). Holds them weakly: they live
-// as long as a kernel uses them.
+// weights). Holds them weakly: they live as long as a kernel uses them.
 class PrepackCache {
  public:
   struct Key {
@@ -117,17 +125,25 @@ class PrepackCache {
     DType t;
     bool widen;
     dnnl::memory::desc from, to;
+    uint64_t adjust = 0;
     bool operator==(const Key& o) const {
-      return src == o.src && t == o.t && widen == o.widen && from == o.from && to == o.to;
+      return src == o.src && t == o.t && widen == o.widen && adjust == o.adjust && from == o.from && to == o.to;
     }
   };
-  Buffer find(const Key& k);
-  void put(const Key& k, const Buffer& b);
+  // The live copy under `k` (and, where `sum` is given, made from bytes of that checksum; an entry
+  // made from other bytes is dropped).
+  Buffer find(const Key& k, const uint64_t* sum = nullptr);
+  void put(const Key& k, const Buffer& b, uint64_t sum = 0);
   size_t hits() const { return hits_; }
 
  private:
+  struct Entry {
+    Key key;
+    std::weak_ptr<void> packed;
+    uint64_t sum;
+  };
   std::mutex mu_;
-  std::vector<std::pair<Key, std::weak_ptr<void>>> entries_;
+  std::vector<Entry> entries_;
   size_t hits_ = 0;
 };
 

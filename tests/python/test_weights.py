@@ -428,3 +428,54 @@ def test_wide_gemms_read_the_weights_in_place(pack):
 def test_pack_weights_option_is_checked():
     with pytest.raises(ValueError, match="pack_weights='sometimes'"):
         airgraph.CompilerConfig(pack_weights="sometimes")
+
+
+class Conv1D(nn.Module):
+    """GPT-2's Conv1D: x @ W + b with W stored [K, N] (a constant matmul operand the engine packs)."""
+
+    def __init__(self, k=256, n=512):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(k, n) * 0.05)
+        self.bias = nn.Parameter(torch.randn(n) * 0.05)
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x, self.weight)
+
+
+def _packed_state():
+    from airgraph._core import C
+    gc.collect()
+    C.wait_background_idle()
+    return C.packed_weight_bytes(), C.packed_weight_reuses()
+
+
+@pytest.mark.parametrize("kind", ["conv1d", "conv_bn"])
+def test_graphs_of_several_sizes_share_one_packed_copy(kind):
+    """Packed layouts are made once per weight in the process: the static graphs Dynamo compiles for
+    three sizes (prefill and decode are such graphs) hold one packed copy, not three; a weight changed
+    in place is packed again for a graph compiled after the change (the registry checks the bytes'
+    checksum, so the new graph never reads the old copy) and every graph follows the change."""
+    model = Conv1D().eval() if kind == "conv1d" else conv_bn()
+    sizes = [(8, 256), (3, 256), (32, 256)] if kind == "conv1d" else [(2, 3, 6, 6), (1, 3, 6, 6), (4, 3, 6, 6)]
+    weight = model.weight if kind == "conv1d" else model.conv.weight
+    size = weight.numel() * 4
+    cfg = airgraph.CompilerConfig(cache_dir="", background_packing=False, pack_weights="always")
+    torch._dynamo.reset()
+    bytes0, reuses0 = _packed_state()
+    f = torch.compile(model, backend=airgraph.get_backend(cfg), dynamic=False)
+    xs = [torch.randn(*s) for s in sizes]
+    grown = []
+    for x in xs[:2]:
+        assert_close(run(f, x), eager(model, x))
+        grown.append(_packed_state()[0] - bytes0)
+    assert grown[0] >= size, grown  # (the first graph packed the weight: a blocked layout may pad it)
+    assert abs(grown[1] - grown[0]) < size // 4, grown  # the second graph made no copy of its own
+    assert _packed_state()[1] - reuses0 >= 1
+    with torch.no_grad():
+        weight.mul_(-1.5)
+    want = eager(model, xs[2])
+    assert_close(run(f, xs[2]), want, msg="a graph compiled after the in-place change")
+    for x in xs[:2]:
+        assert_close(run(f, x), eager(model, x), msg="a graph compiled before the change")
+    del f
+    torch._dynamo.reset()
