@@ -185,6 +185,7 @@ class PyGraph {
  public:
   std::unique_ptr<Graph> g = std::make_unique<Graph>();
   std::vector<PassStat> stats;
+  std::vector<std::shared_ptr<void>> packed;  // a loaded file's packed weights, registered while the graph lives
 
   int add_input(const std::string& dtype, const std::vector<int64_t>& shape, const std::string& name,
                 const std::vector<int>& syms) {
@@ -415,12 +416,17 @@ NB_MODULE(_C, m) {
            nb::rv_policy::take_ownership)
       .def("save",  // the airgraph file's bytes (ir/serialize.h)
            [](PyGraph& g, bool inline_constants, const std::string& producer, const std::string& metadata,
-              const std::vector<std::string>& by_name) {
-             std::string b = save_graph(*g.g, SaveOptions{inline_constants, producer, metadata, by_name});
+              const std::vector<std::string>& by_name, const PyGraph* packed_from) {
+             SaveOptions o{inline_constants, producer, metadata, by_name, {}};
+             std::vector<dnnl_util::Buffer> keep;
+             // the packed copies the process made of `packed_from`'s constants (the same file loaded and run),
+             // stored beside this graph's constants of the same names
+             if (packed_from) o.blobs = dnnl_util::packed_blobs(*packed_from->g, keep);
+             std::string b = save_graph(*g.g, o);
              return nb::bytes(b.data(), b.size());
            },
            nb::arg("inline_constants") = true, nb::arg("producer") = "", nb::arg("metadata") = "",
-           nb::arg("by_name") = std::vector<std::string>{})
+           nb::arg("by_name") = std::vector<std::string>{}, nb::arg("packed_from").none() = nb::none())
       .def("with_const_names",  // a copy whose constants named in `names` are renamed (files name weights so)
            [](PyGraph& g, const std::map<std::string, std::string>& names) {
              auto p = new PyGraph();
@@ -706,6 +712,7 @@ NB_MODULE(_C, m) {
         }
         auto p = new PyGraph();
         p->g = std::move(l.graph);
+        p->packed = dnnl_util::adopt_packed(l);
         return nb::make_tuple(nb::cast(p, nb::rv_policy::take_ownership), l.producer, l.metadata);
       },
       nb::arg("path"), nb::arg("verify_data") = true);

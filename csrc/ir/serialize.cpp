@@ -368,6 +368,24 @@ std::string GraphFile::save(const Graph& g, const SaveOptions& opt) {
   w.put<int32_t>(g.next_node_id_);
   w.str(opt.producer);
   w.str(opt.metadata);
+  std::unordered_set<std::string> inline_names;
+  for (const auto& c : g.values_)
+    if (c->kind == ValueKind::Const && opt.inline_constants && !by_name.count(c->name)) inline_names.insert(c->name);
+  std::vector<const SaveOptions::Blob*> blobs;  // (a blob of a constant this graph has not inline is left out)
+  for (const auto& b : opt.blobs)
+    if (inline_names.count(b.value)) blobs.push_back(&b);
+  w.count(blobs.size());
+  for (const SaveOptions::Blob* bp : blobs) {
+    const SaveOptions::Blob& b = *bp;
+    const size_t off = align64(data.size());
+    data.resize(off);
+    data.append(static_cast<const char*>(b.data), b.nbytes);
+    w.str(b.value);
+    w.str(b.key);
+    w.put<uint64_t>(off);
+    w.put<uint64_t>(b.nbytes);
+    w.put<uint32_t>(crc32c(b.data, b.nbytes));
+  }
 
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -395,8 +413,9 @@ LoadedGraph GraphFile::load(const uint8_t* base, size_t size, const std::shared_
   AG_CHECK(std::memcmp(h.magic, kMagic, 8) == 0, "airgraph file: not an airgraph file (no AIRGRAPH magic)");
   AG_CHECK(crc32c(&h, offsetof(Header, header_crc)) == h.header_crc,
            "airgraph file: the header's checksum does not match (corrupt file)");
-  AG_CHECK(h.version == kGraphFileVersion, "airgraph file: format version ", h.version, ", this airgraph reads ",
-           kGraphFileVersion, " (written by another airgraph version: export or compile it again)");
+  AG_CHECK(h.version == kGraphFileVersion || h.version == 2, "airgraph file: format version ", h.version,
+           ", this airgraph reads 2 to ", kGraphFileVersion, " (written by another airgraph version: export or compile "
+           "it again)");
   AG_CHECK(h.meta_offset == kHeaderBytes && h.meta_bytes <= size - kHeaderBytes &&
                h.data_offset == align64(kHeaderBytes + h.meta_bytes) && h.data_offset <= size &&
                h.data_bytes <= size - h.data_offset,
@@ -577,6 +596,31 @@ LoadedGraph GraphFile::load(const uint8_t* base, size_t size, const std::shared_
   LoadedGraph out;
   out.producer = r.str("producer");
   out.metadata = r.str("metadata");
+  const size_t nblob = h.version >= 3 ? r.count(28, "blobs") : 0;
+  for (size_t i = 0; i < nblob; ++i) {
+    const std::string name = r.str("blob constant");
+    LoadedGraph::Blob b;
+    b.key = r.str("blob key");
+    const uint64_t off = r.get<uint64_t>(), len = r.get<uint64_t>();
+    const uint32_t crc = r.get<uint32_t>();
+    const Value* v = nullptr;
+    for (const auto& c : g->values_)
+      if (c->kind == ValueKind::Const && c->name == name) v = c.get();
+    AG_CHECK(v && v->storage && codes[v->id] == kConstInline, "airgraph file: blob '", b.key,
+             "' belongs to no inline constant (%", name, ")");
+    AG_CHECK(off % 64 == 0 && off <= h.data_bytes && len <= h.data_bytes - off, "airgraph file: blob '", b.key,
+             "' claims bytes [", off, ", +", len, ") of a ", h.data_bytes, "-byte data section");
+    if (verify_data)
+      AG_CHECK(crc32c(data + off, len) == crc, "airgraph file: blob '", b.key, "' of %", name,
+               " does not match its checksum (corrupt file)");
+    if (!keep || reinterpret_cast<uintptr_t>(data + off) % 64 != 0 || v->storage->owner != keep) continue;  // (bytes not
+    // mapped in place: the reader makes its own)
+    b.src = v->storage->data;
+    b.data = data + off;
+    b.nbytes = len;
+    out.blobs.push_back(std::move(b));
+  }
+  out.keep = keep;
   AG_CHECK(r.done(), "airgraph file: ", h.meta_bytes - r.pos(), " bytes of metadata left over (corrupt file)");
   try {
     g->verify();
@@ -610,7 +654,9 @@ LoadedGraph load_graph_file(const std::string& path, const ConstResolver& resolv
     if (q) ::munmap(q, size);
   });
   try {
-    return load_graph(p, size, keep, resolve, verify_data);
+    LoadedGraph g = load_graph(p, size, keep, resolve, verify_data);
+    if (size) ::madvise(p, size, MADV_DONTNEED);  // (the header's comment: pages come back when read)
+    return g;
   } catch (const Error& e) {
     fail(e.what(), " (", path, ")");
   }

@@ -12,7 +12,12 @@
 //                   caller's producer string and metadata text
 //   data            constants' bytes, each at a 64-byte aligned offset from the
 //                   section start (itself 64-byte aligned): a mapped file serves
-//                   them in place, with no copy
+//                   them in place, with no copy; then the blobs' bytes (version 3)
+//
+// Version 3 adds blobs after the metadata text: opaque bytes tied to one inline
+// constant under a text key (an exported file's weights in the layout the kernels
+// pack them into: kernels/onednn_util.h, adopt_packed), mapped like the constants.
+// Version 2 files (no blobs) are read too.
 //
 // Little-endian; counts are u32, sizes i64, strings a u32 length and bytes.
 // Loading rebuilds the graph through the same builder the front uses (every
@@ -32,7 +37,7 @@
 
 namespace ag {
 
-inline constexpr uint32_t kGraphFileVersion = 2;  // 2: size guards
+inline constexpr uint32_t kGraphFileVersion = 3;  // 2: size guards; 3: blobs
 
 struct SaveOptions {
   // false: constants are written by name and type only, and the loader's resolver supplies
@@ -43,6 +48,13 @@ struct SaveOptions {
   // constants written by name even when inline_constants is true (a model's parameters in the compile
   // cache, while tensors the traced code created stay in the file)
   std::vector<std::string> by_name;
+  // Bytes stored beside an inline constant (its name), under a key the reader interprets
+  struct Blob {
+    std::string value, key;
+    const void* data = nullptr;
+    size_t nbytes = 0;
+  };
+  std::vector<Blob> blobs;
 };
 
 // The file's bytes.
@@ -54,6 +66,15 @@ using ConstResolver = std::function<std::shared_ptr<Storage>(const std::string& 
 struct LoadedGraph {
   std::unique_ptr<Graph> graph;
   std::string producer, metadata;
+  // The file's blobs (checked like the constants), each with the address of its constant's bytes
+  struct Blob {
+    const void* src = nullptr;  // the constant's data
+    std::string key;
+    const void* data = nullptr;
+    size_t nbytes = 0;
+  };
+  std::vector<Blob> blobs;
+  std::shared_ptr<void> keep;  // what keeps the blobs' (and inline constants') bytes alive
 };
 
 // Loads from `size` bytes at `data`. Inline constants point into the buffer when it is
@@ -61,7 +82,10 @@ struct LoadedGraph {
 // copied otherwise. `verify_data` checks each inline constant's CRC-32C.
 LoadedGraph load_graph(const void* data, size_t size, std::shared_ptr<void> keep, const ConstResolver& resolve,
                        bool verify_data = true);
-// Maps the file read-only and loads it; constants stay in the mapping.
+// Maps the file read-only and loads it; constants stay in the mapping. After the checksums the
+// mapping's pages are released from the process (madvise): the bytes a kernel reads come back
+// from the page cache when it reads them, so the process holds only what it uses, and processes
+// that load the same file share those pages.
 LoadedGraph load_graph_file(const std::string& path, const ConstResolver& resolve, bool verify_data = true);
 
 // CRC-32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.

@@ -141,29 +141,70 @@ void Reorder::run_once(void* from, void* to) const {
   run(a, from, to);
 }
 
-Buffer PrepackCache::find(const Key& k, const uint64_t* sum) {
-  std::lock_guard<std::mutex> lock(mu_);
+Buffer PrepackCache::find(const Key& k, size_t src_bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (!(it->key == k)) continue;
     Buffer b;
-    if (sum && *sum != it->sum) {  // the same address holds other values now: never serve the old copy
-      entries_.erase(it);
-      return b;
-    }
     b.p = it->packed.lock();
-    if (b.p) {
-      b.bytes = k.to.get_size();
-      ++hits_;
+    if (!b.p) return {};
+    b.bytes = it->bytes;
+    if (src_bytes && !it->immutable) {
+      const uint64_t want = it->sum;
+      lock.unlock();  // (reads the source: others may look up meanwhile)
+      if (checksum64(k.src, src_bytes) != want) {  // the same address holds other values now: never serve the old copy
+        lock.lock();
+        std::erase_if(entries_, [&](const Entry& e) { return e.key == k && e.sum == want; });
+        return {};
+      }
+      lock.lock();
     }
+    ++hits_;
     return b;
   }
   return {};
 }
 
-void PrepackCache::put(const Key& k, const Buffer& b, uint64_t sum) {
+void PrepackCache::put(const Key& k, const Buffer& b, uint64_t sum, bool immutable) {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(entries_, [&](const Entry& e) { return e.packed.expired() || e.key == k; });
-  entries_.push_back({k, b.p, sum});
+  entries_.push_back({k, b.p, b.bytes, sum, immutable});
+}
+
+std::vector<std::pair<std::string, Buffer>> PrepackCache::of(const void* src) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, Buffer>> out;
+  for (const Entry& e : entries_) {
+    if (e.key.src != src) continue;
+    Buffer b;
+    b.p = e.packed.lock();
+    b.bytes = e.bytes;
+    if (b.p) out.emplace_back(e.key.how, b);
+  }
+  return out;
+}
+
+namespace {
+std::string dims_text(const dnnl::memory::dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+std::string layout_text(const dnnl::memory::desc& d) {
+  return std::to_string(static_cast<int>(d.get_data_type())) + ":" + dims_text(d.get_dims()) + "/" +
+         dims_text(d.get_padded_dims()) + "+" + dims_text(d.get_padded_offsets()) + "@" +
+         std::to_string(d.get_submemory_offset()) + ":" + std::to_string(static_cast<int>(d.get_format_kind())) + ":" +
+         dims_text(d.get_strides()) + ":" + dims_text(d.get_inner_blks()) + dims_text(d.get_inner_idxs()) + ":" +
+         std::to_string(d.get_size());
+}
+}  // namespace
+
+std::string packing_key(DType t, bool widen, uint64_t adjust_tag, const dnnl::memory::desc& from,
+                        const dnnl::memory::desc& to) {
+  return std::string(dtype_name(t)) + (widen ? " widened" : "") +
+         (adjust_tag ? " adjusted " + std::to_string(adjust_tag) : "") + " " + layout_text(from) + " -> " +
+         layout_text(to);
 }
 
 namespace {
@@ -194,7 +235,8 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
                     const dnnl::memory::desc& from, const dnnl::memory::desc& to, Buffer& packed,
                     const std::function<void(float*)>& adjust, uint64_t adjust_tag) {
   const bool shareable = (widen || from != to) && (!adjust || adjust_tag != 0);
-  const PrepackCache::Key key{src, t, widen, from, to, adjust ? adjust_tag : 0};
+  const size_t src_bytes = static_cast<size_t>(n) * dtype_size(t);
+  PrepackCache::Key key{src, shareable ? packing_key(t, widen, adjust ? adjust_tag : 0, from, to) : std::string()};
   PrepackCache* graph = shareable ? ctx.prepack : nullptr;
   if (graph) {
     packed = graph->find(key);
@@ -203,10 +245,8 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
       return packed.data();
     }
   }
-  uint64_t sum = 0;
   if (shareable) {
-    sum = checksum64(src, static_cast<size_t>(n) * dtype_size(t));
-    packed = process_packed().find(key, &sum);
+    packed = process_packed().find(key, src_bytes);
     if (packed.data()) {
       ++g_packed_reuses;
       if (graph) graph->put(key, packed);
@@ -232,9 +272,34 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
   }
   if (shareable && packed.data()) {
     if (graph) graph->put(key, packed);
-    process_packed().put(key, packed, sum);
+    process_packed().put(key, packed, checksum64(src, src_bytes));
   }
   return packed.data() ? packed.data() : src;
+}
+
+std::vector<std::shared_ptr<void>> adopt_packed(const LoadedGraph& l) {
+  std::vector<std::shared_ptr<void>> pins;
+  for (const LoadedGraph::Blob& b : l.blobs) {
+    Buffer buf;
+    buf.p = std::shared_ptr<void>(l.keep, const_cast<void*>(b.data));  // (aliases the mapping: keeps it alive)
+    buf.bytes = b.nbytes;
+    process_packed().put({b.src, b.key}, buf, 0, /*immutable=*/true);
+    pins.push_back(buf.p);
+  }
+  return pins;
+}
+
+std::vector<SaveOptions::Blob> packed_blobs(const Graph& g, std::vector<Buffer>& keep) {
+  std::vector<SaveOptions::Blob> out;
+  for (int i = 0; i < g.num_values(); ++i) {
+    const Value* v = g.value(i);
+    if (!v->is_const() || !v->storage || !v->storage->data) continue;
+    for (auto& [how, buf] : process_packed().of(v->storage->data)) {
+      out.push_back({v->name, how, buf.data(), buf.bytes});
+      keep.push_back(buf);
+    }
+  }
+  return out;
 }
 
 std::string init_panel_matmul(Exec& e, int64_t M, int64_t K, int64_t cols, int64_t ldo, bool k_inner, bool bias) {

@@ -16,6 +16,7 @@
 #include "base/kernel.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
+#include "ir/serialize.h"
 #include "ir/types.h"
 
 namespace ag {
@@ -117,35 +118,49 @@ int64_t packed_weight_bytes();
 int64_t packed_weight_reuses();
 
 // Packed weights shared by the kernels of builds that name it in their BuildCtx (one set of bound
-// weights). Holds them weakly: they live as long as a kernel uses them.
+// weights), and the process-wide registry. Holds them weakly: they live as long as a kernel (or, for
+// copies mapped from a file, the loaded graph) uses them.
 class PrepackCache {
  public:
   struct Key {
     const void* src;
-    DType t;
-    bool widen;
-    dnnl::memory::desc from, to;
-    uint64_t adjust = 0;
-    bool operator==(const Key& o) const {
-      return src == o.src && t == o.t && widen == o.widen && adjust == o.adjust && from == o.from && to == o.to;
-    }
+    std::string how;  // dtype, widening, the adjustment's tag, and both layouts (packing_key)
+    bool operator==(const Key& o) const { return src == o.src && how == o.how; }
   };
-  // The live copy under `k` (and, where `sum` is given, made from bytes of that checksum; an entry
-  // made from other bytes is dropped).
-  Buffer find(const Key& k, const uint64_t* sum = nullptr);
-  void put(const Key& k, const Buffer& b, uint64_t sum = 0);
+  // The live copy under `k`. With `src_bytes`, an entry made from other bytes than the source
+  // holds now (its checksum differs) is dropped; entries whose source cannot change (a read-only
+  // mapping) are not checked.
+  Buffer find(const Key& k, size_t src_bytes = 0);
+  void put(const Key& k, const Buffer& b, uint64_t sum = 0, bool immutable = false);
   size_t hits() const { return hits_; }
+  // The live entries whose source is `src`.
+  std::vector<std::pair<std::string, Buffer>> of(const void* src);
 
  private:
   struct Entry {
     Key key;
     std::weak_ptr<void> packed;
+    size_t bytes;
     uint64_t sum;
+    bool immutable;
   };
   std::mutex mu_;
   std::vector<Entry> entries_;
   size_t hits_ = 0;
 };
+
+// How prepack transforms a weight, as text (a file stores it beside the packed bytes; a loading
+// process whose kernels want another layout finds no match and packs again).
+std::string packing_key(DType t, bool widen, uint64_t adjust_tag, const dnnl::memory::desc& from,
+                        const dnnl::memory::desc& to);
+
+// An exported file's packed weights (ir/serialize.h blobs) are put into the process registry, read
+// in place from the file's mapping: kernels that would pack those weights the same way use them and
+// make no copy. Returns the handles that keep them registered (hold them as long as the graph).
+std::vector<std::shared_ptr<void>> adopt_packed(const LoadedGraph& l);
+
+// The packed copies the process holds of `g`'s constants, as blobs to save beside them.
+std::vector<SaveOptions::Blob> packed_blobs(const Graph& g, std::vector<Buffer>& keep);
 
 // The f32 matmul of x [M, K] (row-major) with a panel of `cols` weight columns widened into scratch,
 // writing `cols` columns of a row-major result with `ldo` elements a row (and adding a bias slice

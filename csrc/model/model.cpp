@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "ir/serialize.h"
+#include "kernels/onednn_util.h"
 #include "passes/passes.h"
 #include "base/parallel.h"
 
@@ -61,7 +62,9 @@ size_t ModelOutput::nbytes() const {
 std::shared_ptr<Model> Model::load_file(const std::string& path) {
   LoadedGraph lg = load_graph_file(path, nullptr);
   try {
-    return std::shared_ptr<Model>(new Model(std::move(lg.graph), std::move(lg.producer), std::move(lg.metadata)));
+    auto m = std::shared_ptr<Model>(new Model(std::move(lg.graph), std::move(lg.producer), std::move(lg.metadata)));
+    m->packed_ = dnnl_util::adopt_packed(lg);  // (kernels/onednn_util.h: served from the mapping, not copied)
+    return m;
   } catch (const Error& e) {
     fail(e.what(), " (", path, ")");
   }

@@ -95,6 +95,7 @@ class Model {
 
   std::unique_ptr<Graph> graph_;
   std::string producer_, metadata_;
+  std::vector<std::shared_ptr<void>> packed_;  // the file's packed weights, registered while the model lives
   std::vector<ModelTensorInfo> inputs_, outputs_;
   std::vector<int> bare_;  // by expression id: the symbol it is bare (kSym, i), or -1
   // A symbol that no input dim is bare, solved from an input dim a * symbol + b (torch.export's

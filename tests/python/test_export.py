@@ -283,3 +283,53 @@ def test_cli_links_neither_torch_nor_python():
     assert r.returncode == 0, r.stderr
     assert "libairgraph_runtime" in r.stdout and "not found" not in r.stdout, r.stdout
     assert "libtorch" not in r.stdout and "libpython" not in r.stdout and "libc10" not in r.stdout, r.stdout
+
+
+class ConvHead(torch.nn.Module):
+    """Weights the engine packs: a convolution (BatchNorm folded in) and a constant [K, N] operand."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(16, 64, 3, padding=1), torch.nn.BatchNorm2d(64)
+        self.w = torch.nn.Parameter(torch.randn(64, 256) * 0.05)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))).mean((2, 3)) @ self.w
+
+
+@pytest.mark.parametrize("isa", ["native", "AVX2"])
+def test_the_file_holds_packed_weights_that_a_new_process_maps(tmp_path, isa):
+    """The exported file stores the weights its kernels packed beside the plain ones: a new process on
+    this CPU runs the file with no packed copy of its own (packed_weight_bytes stays 0: they are read
+    from the mapping); a process whose kernels want other layouts (oneDNN limited to AVX2) finds no
+    match, packs its own and gives the same answer."""
+    torch.manual_seed(0)
+    m, x = ConvHead().eval(), torch.randn(2, 16, 8, 8)
+    with torch.no_grad():
+        m.bn.running_var.uniform_(0.5, 2.0)
+        m.bn.running_mean.normal_()
+    path = tmp_path / "conv.agraph"
+    airgraph.export(m, (x,), path)
+    plain = sum(t.numel() * t.element_size() for t in m.state_dict().values())
+    assert os.path.getsize(path) > plain + m.conv.weight.numel() * 4, "the file holds the packed conv weights too"
+    torch.save({"x": x, "want": m(x).detach()}, tmp_path / "io.pt")
+    code = (
+        "import torch, airgraph\n"
+        "from airgraph._core import C\n"
+        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
+        f"m = airgraph.load({str(path)!r})\n"
+        "for _ in range(2):\n"
+        "    got = m(io['x'])\n"
+        "    C.wait_background_idle()\n"
+        "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-5)\n"
+        "print('packed', C.packed_weight_bytes(), 'reused', C.packed_weight_reuses())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if isa != "native":
+        env["ONEDNN_MAX_CPU_ISA"] = isa
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    packed, reused = (int(v) for v in r.stdout.split()[1::2])
+    if isa == "native":
+        assert packed == 0 and reused >= 1, r.stdout
+    elif "avx512f" in open("/proc/cpuinfo").read():  # (on an AVX2 machine AVX2 is the native layout)
+        assert packed > 0, r.stdout
