@@ -86,6 +86,46 @@ TEST(GraphFile, EmptyConstantsRoundTrip) {
   EXPECT_EQ(loaded.graph->str(), g.str());
 }
 
+// Blobs (version 3): bytes tied to an inline constant under a key come back with the address of
+// their constant's bytes when the file is served in place; a flipped byte in one is caught by its
+// checksum; a blob of a constant the graph lacks (or has by name only) is left out when saving.
+TEST(GraphFile, BlobsComeBackBesideTheirConstant) {
+  auto g = sample_graph();
+  const std::vector<uint8_t> packed(100, 7);
+  SaveOptions o{true, "test", ""};
+  o.blobs = {{"weight", "packed as f32 [4]", packed.data(), packed.size()},
+             {"no such constant", "dropped", packed.data(), packed.size()}};
+  std::string bytes = save_graph(*g, o);
+  auto buf = Storage::allocate(bytes.size());  // (64-byte aligned: constants and blobs served in place)
+  std::memcpy(buf->data, bytes.data(), bytes.size());
+  std::shared_ptr<void> keep(buf, buf->data);
+  auto loaded = load_graph(buf->data, bytes.size(), keep, nullptr);
+  ASSERT_EQ(loaded.blobs.size(), 1u);
+  const auto& b = loaded.blobs[0];
+  EXPECT_EQ(b.key, "packed as f32 [4]");
+  ASSERT_EQ(b.nbytes, packed.size());
+  EXPECT_EQ(std::memcmp(b.data, packed.data(), packed.size()), 0);
+  const Value* w = nullptr;
+  for (int i = 0; i < loaded.graph->num_values(); ++i)
+    if (loaded.graph->value(i)->name == "weight") w = loaded.graph->value(i);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(b.src, w->storage->data);
+  EXPECT_EQ(loaded.keep, keep);
+  // a flipped byte of the blob (the last bytes of the data section)
+  size_t at = bytes.size() - 1;
+  while (static_cast<uint8_t>(bytes[at]) != 7) --at;
+  bytes[at] ^= 1;
+  try {
+    load_graph(bytes.data(), bytes.size(), nullptr, nullptr);
+    ADD_FAILURE() << "a corrupt blob was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blob 'packed as f32 [4]'"), std::string::npos) << e.what();
+  }
+  // not served in place (no keep): no blobs, the graph still loads
+  bytes[at] ^= 1;
+  EXPECT_TRUE(load_graph(bytes.data(), bytes.size(), nullptr, nullptr).blobs.empty());
+}
+
 TEST(GraphFile, ConstantsByNameComeFromTheResolver) {
   auto g = sample_graph();
   std::string bytes = save_graph(*g, SaveOptions{false, "", ""});
