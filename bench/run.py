@@ -605,6 +605,7 @@ def generation(models: list[str], backends: list[str], a) -> dict:
 
 
 # setup: eager's first call, export, aot_compile; cc_*: airgraph.cache_compile's cold and warm processes
+LOAD_RSS_SLACK_MB = 32  # (JIT code, primitives and Python objects a loaded model makes)
 FIRST_MODES_ALL = ("setup", "cold", "warm", "exported", "aot", "cc_cold", "cc_warm")
 FIRST_LATER = (20, 2.0)  # later calls: up to 20 of them, or as many as 2 s take (at least 3)
 OVERHEAD_CALLS = 20000
@@ -679,15 +680,24 @@ def first_call_worker(mode: str, model_name: str, folder: str, size: str) -> dic
         import airgraph
 
         res["import_ms"] = (time.perf_counter() - t0) * 1000
+        from generate import rss_mb
+        from airgraph._core import C
+        path = os.path.join(folder, "model.agraph")
+        rss0 = rss_mb()
         with torch.no_grad():
             t0 = time.perf_counter()
-            m = airgraph.load(os.path.join(folder, "model.agraph"))
+            m = airgraph.load(path)
             t1 = time.perf_counter()
             out = m(*args, **kwargs)
             t2 = time.perf_counter()
             res.update(load_ms=(t1 - t0) * 1000, first_ms=(t2 - t1) * 1000, total_ms=(t2 - t0) * 1000,
                        later_ms=_later_ms(m, args, kwargs), max_diff=_max_diff(out, io["want"]),
                        dynamo_frames=sum(counters["frames"].values()))
+        C.wait_background_idle()
+        # memory: what loading and running the file added to the process, against the file and the arenas
+        res.update(rss_growth_mb=rss_mb() - rss0, file_mb=os.path.getsize(path) / 2**20,
+                   packed_mb=C.packed_weight_bytes() / 2**20,
+                   arena_mb=sum(s.get("arena_bytes", 0) for s in m.report.exec_stats) / 2**20)
         return res
     from airgraph import zoo
 
@@ -885,9 +895,10 @@ def _first_call_lines(first: dict) -> list[str]:
         "machine (its figures are unreliable; on these shared VMs a first call varies up to several-fold).",
         "",
         "| model | eager first call ms | cold ms (own ms, overhead ms) | warm cache ms (own ms, overhead ms, hits) "
-        "| warm 2nd / later call ms | exported load+first ms | exported later call ms | aot load+first ms "
+        "| warm 2nd / later call ms | exported load+first ms | exported later call ms "
+        "| exported RSS growth MB (file MB, arena MB, packed copies MB) | aot load+first ms "
         "| cache_compile cold ms | cache_compile warm ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in first["rows"]:
         s, c, w, x, t = (r.get(k, {}) for k in ("setup", "cold", "warm", "exported", "aot"))
@@ -900,11 +911,13 @@ def _first_call_lines(first: dict) -> list[str]:
         second = "" if "error" in w or "second_ms" not in w else f"{w['second_ms']:.1f} / {w['later_ms']:.1f}"
         exp = _cell_error(x["error"]) if "error" in x else f"{x['total_ms']:.1f}"
         later = "" if "error" in x else _ms(x["later_ms"])
+        mem = "" if "rss_growth_mb" not in x else \
+            f"{x['rss_growth_mb']:.0f} ({x['file_mb']:.0f}, {x['arena_mb']:.0f}, {x['packed_mb']:.0f})"
         aot = _cell_error(t["error"]) if "error" in t else f"{t['total_ms']:.1f}"
         cc = [_cell_error(q["error"]) if "error" in q else f"{q['total_ms']:.1f} ({q['dynamo_frames']} frames)"
               for q in (r.get("cc_cold", {"error": "not run"}), r.get("cc_warm", {"error": "not run"}))]
         name = r["model"] + (f" (LOADED: {', '.join(r['loaded'])})" if r.get("loaded") else "")
-        lines.append(f"| {name} | {eager} | {cold} | {warm} | {second} | {exp} | {later} | {aot} | {cc[0]} | {cc[1]} |")
+        lines.append(f"| {name} | {eager} | {cold} | {warm} | {second} | {exp} | {later} | {mem} | {aot} | {cc[0]} | {cc[1]} |")
     ov = first.get("overhead") or {}
     if "error" in ov:
         lines += ["", f"Per-call overhead (x * 2 + 1 on 16 floats): {_cell_error(ov['error'], 200)}"]
@@ -975,6 +988,16 @@ def _first_call_targets(first: dict) -> list[dict]:
             figures.append(f"{r['model']} {x['total_ms']:.0f} ms (load {x['load_ms']:.0f} + first {x['first_ms']:.0f})")
     target(f"airgraph.load(path) + first call at most {LOAD_TARGET_MS / 1000:g} s for every zoo model", figures,
            problems, ok, "no model measured")
+    figures, problems, ok = [], [], True
+    for r in rows:
+        x = r.get("exported", {})
+        if "rss_growth_mb" in x:
+            ok &= x["rss_growth_mb"] <= x["file_mb"] + x["arena_mb"] + LOAD_RSS_SLACK_MB
+            figures.append(f"{r['model']} {x['rss_growth_mb']:.0f} MB (file {x['file_mb']:.0f} + arena "
+                           f"{x['arena_mb']:.0f}; packed copies {x['packed_mb']:.0f})")
+    target(f"a loaded file's RSS (what airgraph.load and the calls add to the process) at most the file's size plus the "
+           f"arena (+{LOAD_RSS_SLACK_MB} MB for oneDNN's code and the kernels)", figures, problems, ok,
+           "no model measured")
     figures, problems, ok = [], [], True
     for r in rows:
         q, e = r.get("cc_warm", {}), r.get("setup", {})
