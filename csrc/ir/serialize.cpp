@@ -111,6 +111,7 @@ constexpr size_t kHeaderBytes = 64;
 constexpr uint32_t kFlagInlineConstants = 1;
 constexpr int kMaxRank = 16;
 constexpr int64_t kMaxElements = int64_t(1) << 48;
+constexpr size_t kMapFrom = 64 << 10;  // inline constants of this many bytes and more are served from the mapping
 
 enum ValueCode : uint8_t { kUnused = 0, kInput = 1, kConstInline = 2, kConstByName = 3, kNodeOutput = 4 };
 
@@ -470,7 +471,9 @@ LoadedGraph GraphFile::load(const uint8_t* base, size_t size, const std::shared_
           AG_CHECK(crc32c(data + off, len) == crc, "airgraph file: the data of constant %", v->name,
                    " does not match its checksum (corrupt file)");
         const uint8_t* p = data + off;
-        if (reinterpret_cast<uintptr_t>(p) % 64 == 0 && keep) {
+        // small constants (norms' scales, biases) are copied: read in place, each would map the file's
+        // pages around it (a large folio of the page cache, up to megabytes) into the process
+        if (reinterpret_cast<uintptr_t>(p) % 64 == 0 && keep && len >= kMapFrom) {
           auto s = std::make_shared<Storage>();
           s->data = const_cast<uint8_t*>(p);
           s->nbytes = len;
@@ -613,8 +616,7 @@ LoadedGraph GraphFile::load(const uint8_t* base, size_t size, const std::shared_
     if (verify_data)
       AG_CHECK(crc32c(data + off, len) == crc, "airgraph file: blob '", b.key, "' of %", name,
                " does not match its checksum (corrupt file)");
-    if (!keep || reinterpret_cast<uintptr_t>(data + off) % 64 != 0 || v->storage->owner != keep) continue;  // (bytes not
-    // mapped in place: the reader makes its own)
+    if (!keep || reinterpret_cast<uintptr_t>(data + off) % 64 != 0) continue;  // (a copied file: the reader packs its own)
     b.src = v->storage->data;
     b.data = data + off;
     b.nbytes = len;
