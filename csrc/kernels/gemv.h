@@ -80,19 +80,99 @@ inline bool has_avx512() {
   return yes;
 }
 
-// y[m, n] = epilogue(dot(x[m, :], W[n, :]) (+ bias[n])) for m < M. Results go to the f32 `of`
-// ([M, N]), then, when `ob` is given, are rounded to bf16 into it, one thread's column block at
+// Rows of x at once, against four weight rows: the weights' chunk [4, kc] (f32 rows read in place,
+// 16-bit and int8 rows widened once into `tile`) stays in L1 while every row of x is summed against
+// it, two rows of x at a time (eight accumulators share each weight load), so the weights stream
+// from memory once for all M rows. acc holds [M][4] partial sums (8 lanes each) across chunks.
+inline constexpr int64_t kChunk = 512;  // (a tile of 4 x 512 floats: 8 KB)
+
+template <typename W>
+inline void dot4_rows(const float* xf, const W* w0, int64_t M, int64_t K, float* tile, __m256* acc, float* s) {
+  for (int64_t i = 0; i < M * 4; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < M * 4; ++i) s[i] = 0.f;
+  for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+    const int64_t kc = std::min(kChunk, K - k0), k8 = kc & ~int64_t(7);
+    const float* t[4];
+    for (int i = 0; i < 4; ++i) {
+      const W* r = w0 + i * K + k0;
+      if constexpr (std::is_same_v<W, float>) {
+        t[i] = r;
+      } else {
+        float* d = tile + i * kChunk;
+        for (int64_t k = 0; k < k8; k += 8) {
+          if ((((k0 + k) * sizeof(W)) & 63) == 0)  // (the next block's row: see dot4_avx512)
+            _mm_prefetch(reinterpret_cast<const char*>(r + 4 * K + k), _MM_HINT_T0);
+          _mm256_storeu_ps(d + k, load8(r + k));
+        }
+        for (int64_t k = k8; k < kc; ++k) d[k] = load1(r + k);
+        t[i] = d;
+      }
+    }
+    int64_t m = 0;
+    for (; m + 2 <= M; m += 2) {
+      const float *x0 = xf + m * K + k0, *x1 = x0 + K;
+      __m256* a = acc + m * 4;
+      __m256 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], b0 = a[4], b1 = a[5], b2 = a[6], b3 = a[7];
+      for (int64_t k = 0; k < k8; k += 8) {
+        const __m256 u = _mm256_loadu_ps(x0 + k), v = _mm256_loadu_ps(x1 + k);
+        const __m256 w0v = _mm256_loadu_ps(t[0] + k), w1v = _mm256_loadu_ps(t[1] + k);
+        const __m256 w2v = _mm256_loadu_ps(t[2] + k), w3v = _mm256_loadu_ps(t[3] + k);
+        a0 = _mm256_fmadd_ps(w0v, u, a0), b0 = _mm256_fmadd_ps(w0v, v, b0);
+        a1 = _mm256_fmadd_ps(w1v, u, a1), b1 = _mm256_fmadd_ps(w1v, v, b1);
+        a2 = _mm256_fmadd_ps(w2v, u, a2), b2 = _mm256_fmadd_ps(w2v, v, b2);
+        a3 = _mm256_fmadd_ps(w3v, u, a3), b3 = _mm256_fmadd_ps(w3v, v, b3);
+      }
+      a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = b0, a[5] = b1, a[6] = b2, a[7] = b3;
+    }
+    for (; m < M; ++m) {
+      const float* x0 = xf + m * K + k0;
+      __m256* a = acc + m * 4;
+      for (int64_t k = 0; k < k8; k += 8) {
+        const __m256 u = _mm256_loadu_ps(x0 + k);
+        for (int i = 0; i < 4; ++i) a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(t[i] + k), u, a[i]);
+      }
+    }
+    if (k8 < kc)
+      for (int64_t mm = 0; mm < M; ++mm)
+        for (int i = 0; i < 4; ++i)
+          for (int64_t k = k8; k < kc; ++k) s[mm * 4 + i] += t[i][k] * xf[mm * K + k0 + k];
+  }
+  for (int64_t i = 0; i < M * 4; ++i) s[i] += hsum(acc[i]);
+}
+
+inline constexpr int64_t kMaxRows = 16;  // run's rows at most
+
+// y[m, n] = epilogue(dot(x[m, :], W[n, :]) (+ bias[n])) for m < M <= kMaxRows. Results go to the f32
+// `of` ([M, N]), then, when `ob` is given, are rounded to bf16 into it, one thread's column block at
 // a time while it is in cache. `in` is the node's inputs (the epilogue's operands).
 template <typename W>
 void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const float* bf, float* of, uint16_t* ob,
          const epi::Epilogue& e, void* const* in) {
   // Four weight rows at a time: four independent accumulators share each load of x (the loop is
-  // bound by reading W, which this keeps streaming); a block's rows stay in cache for the other
-  // rows of x.
+  // bound by reading W, which this keeps streaming). More rows of x: dot4_rows, which reads each
+  // weight once for all of them.
   const bool avx512 = has_avx512();
   parallel_for(N, std::max<int64_t>(4, 65536 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
-    for (int64_t m = 0; m < M; ++m) {
-      const float* xr = xf + m * K;
+    if (M > 1) {
+      alignas(64) float tile[4 * kChunk];
+      alignas(32) __m256 acc[kMaxRows * 4];
+      float s[kMaxRows * 4];
+      int64_t n = nb;
+      for (; n + 4 <= ne; n += 4) {
+        dot4_rows(xf, w + n * K, M, K, tile, acc, s);
+        for (int64_t m = 0; m < M; ++m)
+          for (int i = 0; i < 4; ++i) of[m * N + n + i] = bf ? s[m * 4 + i] + bf[n + i] : s[m * 4 + i];
+      }
+      for (; n < ne; ++n)
+        for (int64_t m = 0; m < M; ++m) {
+          const W* wr = w + n * K;
+          const float* xr = xf + m * K;
+          float t = 0.f;
+          for (int64_t k = 0; k < K; ++k) t += load1(wr + k) * xr[k];
+          of[m * N + n] = bf ? t + bf[n] : t;
+        }
+    } else {
+      const float* xr = xf;
       int64_t n = nb;
       for (; n + 4 <= ne; n += 4) {
         const W* w0 = w + n * K;
@@ -118,7 +198,7 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
         const W* rows[4] = {w0, w1, w2, w3};
         for (int i = 0; i < 4; ++i) {
           for (int64_t kk = k; kk < K; ++kk) s[i] += load1(rows[i] + kk) * xr[kk];
-          of[m * N + n + i] = bf ? s[i] + bf[n + i] : s[i];
+          of[n + i] = bf ? s[i] + bf[n + i] : s[i];
         }
       }
       for (; n < ne; ++n) {
@@ -128,7 +208,7 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
         for (; k + 8 <= K; k += 8) acc = _mm256_fmadd_ps(load8(wr + k), _mm256_loadu_ps(xr + k), acc);
         float t = hsum(acc);
         for (; k < K; ++k) t += load1(wr + k) * xr[k];
-        of[m * N + n] = bf ? t + bf[n] : t;
+        of[n] = bf ? t + bf[n] : t;
       }
     }
     for (int64_t m = 0; m < M; ++m) {
