@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ag {
 
@@ -35,6 +36,14 @@ struct BuildCtx {
   // Threads that packing a weight runs on (0: the building thread's own count). Kernels built
   // on several threads at once (compile_program) pack with one thread each.
   int pack_threads = 0;
+  // Values whose bytes are in channels-last order (NHWC for a logical [N, C, H, W]), by value id:
+  // a convolution writes such a value so and every reader (a convolution) reads it so
+  // (runtime/executor.cpp, plan_channels_last). nullptr: every value is row-major.
+  const std::vector<uint8_t>* channels_last = nullptr;
+  bool nhwc(int value_id) const {
+    return channels_last && value_id >= 0 && static_cast<size_t>(value_id) < channels_last->size() &&
+           (*channels_last)[value_id];
+  }
 };
 
 // Per-executor mutable state of a kernel (oneDNN argument maps whose data

@@ -91,6 +91,11 @@ class ConvKernel final : public Kernel {
     epi_ = epi::parse(n, os_, true);
     const int64_t sp = static_cast<int64_t>(xs_.size()) - 2;
     ConvParams p = conv_params(n.attrs, sp);
+    // channels-last values (BuildCtx::channels_last): the input arrives NHWC, the result is written
+    // NHWC; either pins the primitive's source and destination to NHWC (the layout oneDNN's
+    // convolutions run on here), so a chain of convolutions reorders nothing between them
+    in_nhwc_ = ctx.nhwc(n.inputs[0]->id);
+    out_nhwc_ = ctx.nhwc(n.outputs[0]->id);
     const void* w_const = n.inputs[1]->is_const() ? n.inputs[1]->storage->data : nullptr;
     const void* b_const = has_bias_ && n.inputs[2]->is_const() ? n.inputs[2]->storage->data : nullptr;
     w_const_ = w_const != nullptr;
@@ -117,8 +122,9 @@ class ConvKernel final : public Kernel {
     // those of the plain primitive (`base`) and its implementation must stay the same.
     auto make = [&](dt d, size_t k, const dnnl::convolution_forward::primitive_desc* base,
                     dnnl::convolution_forward::primitive_desc& pd) -> bool {
-      auto x_md = base ? base->src_desc() : dnnl::memory::desc(to_dims(xs_), d, tag::any);
-      auto o_md = base ? base->dst_desc() : dnnl::memory::desc(to_dims(os_), dst_f32_ ? dt::f32 : d, tag::any);
+      const tag act = in_nhwc_ || out_nhwc_ ? tag::nhwc : tag::any;
+      auto x_md = base ? base->src_desc() : dnnl::memory::desc(to_dims(xs_), d, act);
+      auto o_md = base ? base->dst_desc() : dnnl::memory::desc(to_dims(os_), dst_f32_ ? dt::f32 : d, act);
       auto w_md = base ? base->weights_desc()
                        : (w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d));
       dnnl::primitive_attr attr = default_attr();
@@ -158,8 +164,8 @@ class ConvKernel final : public Kernel {
       exec_.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
       exec_.bind(DNNL_ARG_DST, pd.dst_desc());
       if (prim_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
-      in_ro_.init(plain_desc(xs_, d), pd.src_desc());
-      out_ro_.init(pd.dst_desc(), plain_desc(os_, dst_f32_ ? dt::f32 : d));
+      in_ro_.init(activation_desc(xs_, d, in_nhwc_), pd.src_desc());
+      out_ro_.init(pd.dst_desc(), activation_desc(os_, dst_f32_ ? dt::f32 : d, out_nhwc_));
       x_blk_bytes_ = pd.src_desc().get_size();  // blocked copies live in the run's scratch
       o_blk_bytes_ = pd.dst_desc().get_size();
       w_plain_ = plain_desc(wg, d);
@@ -174,12 +180,14 @@ class ConvKernel final : public Kernel {
         pa.input = op.input;
         dnnl::memory::desc md = epi::operand_md(op);
         if (op.mode == epi::Mode::Full) {
+          const bool nhwc = !op.cdata && ctx.nhwc(n.inputs[op.input]->id);  // (a channels-last value)
+          md = activation_desc(op.shape, md.get_data_type(), nhwc);
           // a 16-bit operand of an f32 primitive: widened by hand first (oneDNN's
           // converting reorder into a blocked layout is a slow reference one here)
           if (to_dnnl(op.dt) != d) {
             pa.widen = op.dt;
             pa.n = TensorType(op.dt, op.shape).numel();
-            md = plain_desc(op.shape, d);
+            md = activation_desc(op.shape, d, nhwc);
           }
           pa.ro.init(md, pd.dst_desc());
           md = pd.dst_desc();
@@ -191,8 +199,11 @@ class ConvKernel final : public Kernel {
           pa.input = -1;  // nothing to do per call
         }
       }
+      // (the result's bytes are NHWC: what runs by hand on them must not depend on an element's place)
+      AG_CHECK(!out_nhwc_ || k_dnnl_ == epi_.binary_end(k0_), "conv: node ", n.context(), ": oneDNN took ", k_dnnl_,
+               " of the ", epi_.binary_end(k0_), " binary post-ops of a channels-last result");
       name_ = std::string("onednn_conv_") + dtype_name(t_) + (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") +
-              " (" + impl + ")" + post_name(k_dnnl_);
+              " (" + impl + ")" + post_name(k_dnnl_) + (in_nhwc_ ? " nhwc_in" : "") + (out_nhwc_ ? " nhwc_out" : "");
       if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
       return true;
     };
@@ -402,6 +413,11 @@ class ConvKernel final : public Kernel {
   int64_t x_n_ = 0, w_n_ = 0, o_n_ = 0, O_ = 0;
   Exec exec_;
   Reorder in_ro_, out_ro_;
+  bool in_nhwc_ = false, out_nhwc_ = false;  // channels-last input / result (BuildCtx::channels_last)
+  // An activation's descriptor: row-major, or NHWC bytes of the logical [N, C, H, W] `s`.
+  static dnnl::memory::desc activation_desc(const Shape& s, dt d, bool nhwc) {
+    return nhwc ? dnnl::memory::desc(to_dims(s), d, tag::nhwc) : plain_desc(s, d);
+  }
   dnnl::memory::desc w_plain_, w_md_;
   Buffer packed_, bias_c_;  // prepacked weights; a constant bias widened to f32
   ScratchLayout scratch_;

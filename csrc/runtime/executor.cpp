@@ -12,6 +12,7 @@
 #include "base/background.h"
 #include "base/memory.h"
 #include "base/parallel.h"
+#include "ir/epilogue.h"
 
 namespace ag {
 namespace {
@@ -98,6 +99,60 @@ size_t hash_types(size_t h, const std::vector<Value*>& vs) {
 }
 }  // namespace
 
+namespace {
+std::vector<uint8_t> layouts_of(const Node& n, const BuildCtx& ctx) {
+  std::vector<uint8_t> l;
+  if (!ctx.channels_last) return l;
+  for (const Value* v : n.inputs) l.push_back(ctx.nhwc(v->id));
+  for (const Value* v : n.outputs) l.push_back(ctx.nhwc(v->id));
+  return l;
+}
+
+// A 2-D convolution whose input and result may be channels-last: f32 or bf16, nothing empty, and a
+// post-op chain whose operands (scalars, per channel, full size) all come before its activations,
+// so that only activations, which do not care where an element is, run by hand on its result.
+bool nhwc_conv(const Node& n) {
+  if (n.op->name != "conv" || n.outputs.size() != 1) return false;
+  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
+  if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
+  if (x.numel() == 0 || w.numel() == 0 || o.numel() == 0) return false;
+  const std::vector<int64_t> codes = n.attrs.has("post_ops") ? n.attrs.ints("post_ops") : std::vector<int64_t>{};
+  bool unary_seen = false;
+  for (int64_t c : codes) {
+    if (!epi::is_binary(c)) unary_seen = true;
+    else if (unary_seen) return false;
+  }
+  const size_t nb = epi::base_inputs(n.inputs.size(), n.attrs);
+  for (size_t i = nb; i < n.inputs.size(); ++i) {
+    epi::Mode m;
+    if (!epi::classify(n.inputs[i]->type.shape(), o.shape(), true, &m)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+std::vector<uint8_t> plan_channels_last(const Graph& g) {
+  std::vector<uint8_t> nhwc(g.num_values(), 0);
+  std::vector<std::vector<std::pair<const Node*, size_t>>> uses(g.num_values());
+  for (const auto& n : g.nodes())
+    for (size_t i = 0; i < n->inputs.size(); ++i) uses[n->inputs[i]->id].emplace_back(n.get(), i);
+  std::vector<uint8_t> is_out(g.num_values(), 0);
+  for (const Value* v : g.outputs()) is_out[v->id] = 1;
+  for (const auto& n : g.nodes()) {
+    if (!nhwc_conv(*n)) continue;
+    const Value* v = n->outputs[0];
+    if (is_out[v->id] || uses[v->id].empty()) continue;
+    bool ok = true;
+    for (const auto& [c, i] : uses[v->id]) {
+      const bool full_operand = i >= epi::base_inputs(c->inputs.size(), c->attrs) &&
+                                v->type.shape() == c->outputs[0]->type.shape();
+      ok = ok && nhwc_conv(*c) && (i == 0 || full_operand);
+    }
+    if (ok) nhwc[v->id] = 1;
+  }
+  return nhwc;
+}
+
 KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
   size_t h = hash_types(hash_types(std::hash<std::string>()(n.name) ^ std::hash<const void*>()(n.op), n.inputs),
                         n.outputs);
@@ -110,6 +165,7 @@ KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
       if (n.inputs[i]->is_const() && (c >= k.consts.size() || k.consts[c++] != n.inputs[i]->storage)) return false;
     }
     if (c != k.consts.size()) return false;
+    if (k.nhwc != layouts_of(n, ctx)) return false;
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!(k.out[i] == n.outputs[i]->type)) return false;
     return true;
@@ -124,7 +180,7 @@ KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
       }
   }
   Entry made{make_kernel_of(n, ctx), std::make_shared<const std::string>(n.context())};
-  Key k{{}, {}, n.attrs, n.name, {}};
+  Key k{{}, {}, n.attrs, n.name, {}, layouts_of(n, ctx)};
   for (const Value* v : n.inputs) {
     k.in.push_back(v->type);
     if (v->is_const()) k.consts.push_back(v->storage);
@@ -177,8 +233,11 @@ std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& o
     prog->operands.push_back(p);
     prog->arena_offsets.push_back(arena_off);
   };
+  CompileOptions o = opt;
+  const std::vector<uint8_t> nhwc = opt.channels_last ? plan_channels_last(g) : std::vector<uint8_t>{};
+  if (opt.channels_last) o.build.channels_last = &nhwc;
   std::vector<KernelCache::Entry> cached;  // (made ahead through `kernels`)
-  Prebuilt pre = prebuild_heavy_kernels(g, opt.build, kernels, cached);
+  Prebuilt pre = prebuild_heavy_kernels(g, o.build, kernels, cached);
   for (auto& n : g.nodes()) {
     AG_CHECK(n->op->make_kernel != nullptr, "op ", n->op->name, " has no kernel: ", n->context());
     for (Value* v : n->inputs) AG_CHECK(v->type.is_static(), "symbolic shape reached the compiler: ", n->context());
@@ -191,10 +250,10 @@ std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& o
     const size_t at = prog->instrs.size();
     if (at < pre.errors.size() && pre.errors[at]) std::rethrow_exception(pre.errors[at]);
     if (kernels) {
-      made = at < cached.size() && cached[at].kernel ? std::move(cached[at]) : kernels->get(*n, opt.build);
+      made = at < cached.size() && cached[at].kernel ? std::move(cached[at]) : kernels->get(*n, o.build);
     } else {
       std::unique_ptr<Kernel> k =
-          at < pre.kernels.size() && pre.kernels[at] ? std::move(pre.kernels[at]) : make_kernel_of(*n, opt.build);
+          at < pre.kernels.size() && pre.kernels[at] ? std::move(pre.kernels[at]) : make_kernel_of(*n, o.build);
       if (opt.wrap) k = opt.wrap(*n, std::move(k));
       made = {std::move(k), std::make_shared<const std::string>(n->context())};
     }

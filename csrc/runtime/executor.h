@@ -96,6 +96,7 @@ class KernelCache {
     Attrs attrs;
     std::string name;
     std::vector<std::shared_ptr<Storage>> consts;
+    std::vector<uint8_t> nhwc;  // the inputs' and outputs' layouts (BuildCtx::channels_last)
   };
   static constexpr size_t kMaxEntries = 16384;  // then it starts over (programs keep their kernels)
   mutable std::mutex mu_;
@@ -110,7 +111,15 @@ struct CompileOptions {
   // Replaces each node's kernel by what it returns (debug tools: a planted fault, bindings/fault.h).
   // A program built with it uses no KernelCache.
   std::function<std::unique_ptr<Kernel>(const Node&, std::unique_ptr<Kernel>)> wrap;
+  // Convolutions hand each other their results in channels-last order (plan_channels_last).
+  bool channels_last = true;
 };
+
+// The values to keep in channels-last order (BuildCtx::channels_last): the 2-D results of
+// convolutions that only convolutions read (as their input or as a full-size operand of their
+// post-ops), and that are no graph output. oneDNN's convolutions on this CPU run on NHWC, so each
+// such edge in row-major NCHW cost a reorder out of one convolution and one into the next.
+std::vector<uint8_t> plan_channels_last(const Graph& g);
 
 // Graph must be verified and fully static. Keeps constants alive through the program.
 std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& opt = {});

@@ -285,6 +285,61 @@ TEST(MatmulOps, Conv2dStridePaddingDilationGroupsConstWeights) {
   ASSERT_EQ(r.out().type.shape(), (Shape{N, O, OH, OW}));
 }
 
+// A chain of convolutions hands its results over in channels-last order (runtime's
+// plan_channels_last): conv -> relu -> grouped conv + residual (a full-size post-op operand that is
+// itself a channels-last result) -> relu -> 1x1 conv, whose result (the graph's output) is row-major.
+// Against the naive reference at 1 and 2 threads, f32 and bf16.
+class ConvChainChannelsLast : public ::testing::TestWithParam<DType> {};
+TEST_P(ConvChainChannelsLast, MatchesReference) {
+  const DType t = GetParam();
+  const bool bf = t == DType::bf16;
+  const int64_t N = 2, C = 8, H = 9, W = 7, O = 16, O3 = 8;
+  auto x = randn(N * C * H * W, 40), w1 = randn(O * C * 9, 41), w2 = randn(O * (O / 2) * 9, 42),
+       w3 = randn(O3 * O, 43), b1 = randn(O, 44);
+  for (auto* v : {&w1, &w2, &w3}) for (float& f : *v) f *= 0.2f;
+  if (bf) x = round_bf16(x), w1 = round_bf16(w1), w2 = round_bf16(w2), w3 = round_bf16(w3), b1 = round_bf16(b1);
+  auto xb = to_bf16(x), w1b = to_bf16(w1), w2b = to_bf16(w2), w3b = to_bf16(w3), b1b = to_bf16(b1);
+  auto pick = [&](const std::vector<float>& f, const std::vector<uint16_t>& h) {
+    return bf ? static_cast<const void*>(h.data()) : static_cast<const void*>(f.data());
+  };
+  test::OpCase c;
+  c.args = {{TensorType(t, {N, C, H, W}), pick(x, xb)},
+            {TensorType(t, {O, C, 3, 3}), pick(w1, w1b), true},
+            {TensorType(t, {O}), pick(b1, b1b), true},
+            {TensorType(t, {O, O / 2, 3, 3}), pick(w2, w2b), true},
+            {TensorType(t, {O3, O, 1, 1}), pick(w3, w3b), true}};
+  auto conv = [](int64_t pad, int64_t groups) {
+    return attrs({{"stride", Shape{1, 1}}, {"padding", Shape{pad, pad}}, {"dilation", Shape{1, 1}}, {"groups", groups}});
+  };
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* a = g.add_node("conv", {in[0], in[1], in[2]}, conv(1, 1), "c1")->out();
+    a = g.add_node("relu", {a}, {}, "r1")->out();
+    Value* b = g.add_node("conv", {a, in[3]}, conv(1, 2), "c2")->out();
+    b = g.add_node("add", {b, a}, {}, "res")->out();
+    b = g.add_node("relu", {b}, {}, "r2")->out();
+    return std::vector<Value*>{g.add_node("conv", {b, in[4]}, conv(0, 1), "c3")->out()};
+  };
+  auto relu = [](std::vector<float> v) {
+    for (float& f : v) f = std::max(f, 0.f);
+    return v;
+  };
+  auto a = relu(conv2d_ref(x, w1, b1.data(), N, C, H, W, O, 3, 3, 1, 1, 1, 1, 1, H, W));
+  if (bf) a = round_bf16(a);
+  auto b = conv2d_ref(a, w2, nullptr, N, O, H, W, O, 3, 3, 1, 1, 1, 2, 1, H, W);
+  for (size_t i = 0; i < b.size(); ++i) b[i] += a[i];
+  b = relu(b);
+  if (bf) b = round_bf16(b);
+  c.want = test::want_values(conv2d_ref(b, w3, nullptr, N, O, H, W, O3, 1, 1, 1, 0, 1, 1, 0, H, W));
+  c.tol = bf ? test::Tol{6e-2, 2e-2} : test::Tol{1e-4, 1e-4};
+  auto r = test::check_op(c);
+  ASSERT_EQ(r.got.kernels.size(), 3u) << r.got.graph;
+  EXPECT_NE(r.got.kernels[0].find("nhwc_out"), std::string::npos) << r.got.kernels[0];
+  EXPECT_NE(r.got.kernels[1].find("nhwc_in nhwc_out"), std::string::npos) << r.got.kernels[1];
+  EXPECT_NE(r.got.kernels[2].find("nhwc_in"), std::string::npos) << r.got.kernels[2];
+  EXPECT_EQ(r.got.kernels[2].find("nhwc_out"), std::string::npos) << r.got.kernels[2];  // (the graph's output)
+}
+INSTANTIATE_TEST_SUITE_P(MatmulOps, ConvChainChannelsLast, ::testing::Values(DType::f32, DType::bf16));
+
 TEST(MatmulOps, Conv1dBf16RuntimeWeights) {
   const int64_t N = 1, C = 3, W = 11, O = 5, k = 3;
   auto x = round_bf16(randn(N * C * W, 23)), w = round_bf16(randn(O * C * k, 24));
