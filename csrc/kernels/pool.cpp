@@ -97,13 +97,64 @@ void run_max_pool(const Pool2d& g, const T* x, T* y, int64_t* yi) {
   });
 }
 
+// Channels-last input ([N, H, W, C] bytes of the logical [N, C, H, W]: BuildCtx::channels_last):
+// the window's rows of C values are maxed a chunk of channels at a time (vectorized over C), into a
+// channels-last result or a row-major one. Same values as run_max_pool (NaN wins, as in PyTorch).
+constexpr int64_t kChanChunk = 256;
+
+template <typename T>
+void run_max_pool_nhwc(const Pool2d& g, int64_t N, int64_t C, const T* x, T* y, bool out_nhwc) {
+  using A = acc_t<T>;
+  parallel_for(N * g.OH, grain_for(g.OW * g.kH * g.kW * C), [&](int64_t b, int64_t e) {
+    A mv[kChanChunk];
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / g.OH, oh = t % g.OH;
+      int64_t ih0 = oh * g.sH - g.pH;
+      const int64_t ih1 = std::min(ih0 + (g.kH - 1) * g.dH + 1, g.H);
+      while (ih0 < 0) ih0 += g.dH;
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        int64_t iw0 = ow * g.sW - g.pW;
+        const int64_t iw1 = std::min(iw0 + (g.kW - 1) * g.dW + 1, g.W);
+        while (iw0 < 0) iw0 += g.dW;
+        for (int64_t c0 = 0; c0 < C; c0 += kChanChunk) {
+          const int64_t nc = std::min(kChanChunk, C - c0);
+          for (int64_t c = 0; c < nc; ++c) mv[c] = -std::numeric_limits<A>::infinity();
+          for (int64_t ih = ih0; ih < ih1; ih += g.dH)
+            for (int64_t iw = iw0; iw < iw1; iw += g.dW) {
+              const T* p = x + ((n * g.H + ih) * g.W + iw) * C + c0;
+              for (int64_t c = 0; c < nc; ++c) {
+                const A v = load(p[c]);
+                mv[c] = (v > mv[c] || v != v) ? v : mv[c];
+              }
+            }
+          if (out_nhwc) {
+            T* q = y + ((n * g.OH + oh) * g.OW + ow) * C + c0;
+            for (int64_t c = 0; c < nc; ++c) store(q[c], mv[c]);
+          } else {
+            for (int64_t c = 0; c < nc; ++c) store(y[((n * C + c0 + c) * g.OH + oh) * g.OW + ow], mv[c]);
+          }
+        }
+      }
+    }
+  });
+}
+
 std::unique_ptr<Kernel> make_max_pool(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   Pool2d g = pool_geom("max_pool2d", x, n.attrs, true);
   const bool idx = n.attrs.b("indices", false);
   std::unique_ptr<Kernel> k;
+  const bool in_nhwc = ctx.nhwc(n.inputs[0]->id), out_nhwc = ctx.nhwc(n.outputs[0]->id);
+  AG_CHECK((!in_nhwc && !out_nhwc) || (in_nhwc && !idx && x.rank() == 4), "max_pool2d: node ", n.context(),
+           ": a channels-last ", in_nhwc ? "input" : "result", " needs a 4-D pool without indices");
   AG_DISPATCH_FLOAT(x.dtype, "max_pool2d", [&] {
-    if (idx)
+    if (in_nhwc)
+      k = make_fn_kernel(out_nhwc ? "max_pool2d_nhwc" : "max_pool2d_nhwc_in",
+                         [g, N = x.size(0), C = x.size(1), out_nhwc](void* const* in, void* const* out) {
+                           run_max_pool_nhwc<scalar_t>(g, N, C, static_cast<const scalar_t*>(in[0]),
+                                                       static_cast<scalar_t*>(out[0]), out_nhwc);
+                         });
+    else if (idx)
       k = make_fn_kernel("max_pool2d_indices", [g](void* const* in, void* const* out) {
         run_max_pool<scalar_t, true>(g, static_cast<const scalar_t*>(in[0]), static_cast<scalar_t*>(out[0]),
                                      static_cast<int64_t*>(out[1]));
@@ -203,6 +254,27 @@ void run_adaptive(int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW, 
   });
 }
 
+// The global average of a channels-last input ([N, H, W, C] bytes): per channel, the same sum in the
+// same order as run_adaptive's (rows, then columns), vectorized over C; the [N, C, 1, 1] result is the
+// same bytes in either layout.
+template <typename T>
+void run_global_avg_nhwc(int64_t N, int64_t H, int64_t W, int64_t C, const T* x, T* y) {
+  using A = acc_t<T>;
+  parallel_for(N * ((C + kChanChunk - 1) / kChanChunk), 1, [&](int64_t b, int64_t e) {
+    A s[kChanChunk];
+    const int64_t chunks = (C + kChanChunk - 1) / kChanChunk;
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / chunks, c0 = (t % chunks) * kChanChunk, nc = std::min(kChanChunk, C - c0);
+      for (int64_t c = 0; c < nc; ++c) s[c] = 0;
+      for (int64_t i = 0; i < H * W; ++i) {
+        const T* p = x + (n * H * W + i) * C + c0;
+        for (int64_t c = 0; c < nc; ++c) s[c] += load(p[c]);
+      }
+      for (int64_t c = 0; c < nc; ++c) store(y[n * C + c0 + c], s[c] / static_cast<A>(H) / static_cast<A>(W));
+    }
+  });
+}
+
 std::unique_ptr<Kernel> make_adaptive(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   const int64_t H = x.size(x.rank() - 2), W = x.size(x.rank() - 1);
@@ -210,6 +282,16 @@ std::unique_ptr<Kernel> make_adaptive(const Node& n, const BuildCtx& ctx) {
   auto os = n.attrs.ints("output_size");
   const int64_t OH = os[0], OW = os[1];
   std::unique_ptr<Kernel> k;
+  if (ctx.nhwc(n.inputs[0]->id)) {
+    AG_CHECK(x.rank() == 4 && OH == 1 && OW == 1, "adaptive_avg_pool2d: node ", n.context(),
+             ": a channels-last input needs a 4-D input and output_size 1x1");
+    AG_DISPATCH_FLOAT(x.dtype, "adaptive_avg_pool2d", [&] {
+      k = make_fn_kernel("global_avg_pool2d_nhwc_in", [=, N = x.size(0), C = x.size(1)](void* const* in, void* const* out) {
+        run_global_avg_nhwc<scalar_t>(N, H, W, C, static_cast<const scalar_t*>(in[0]), static_cast<scalar_t*>(out[0]));
+      });
+    });
+    return k;
+  }
   AG_DISPATCH_FLOAT(x.dtype, "adaptive_avg_pool2d", [&] {
     k = make_fn_kernel("adaptive_avg_pool2d", [=](void* const* in, void* const* out) {
       if (OH * OW == 0) return;

@@ -131,6 +131,23 @@ bool nhwc_conv(const Node& n) {
 }
 }  // namespace
 
+// Pools that take a channels-last input (kernels/pool.cpp): max_pool2d without indices (its result
+// may be channels-last too), and the global average (adaptive 1x1, whose result is the same bytes in
+// both layouts, so it is never marked).
+bool nhwc_pool(const Node& n) {
+  if (n.outputs.empty() || n.inputs[0]->type.rank() != 4 || !is_floating(n.inputs[0]->type.dtype)) return false;
+  if (n.op->name == "max_pool2d") return !n.attrs.b("indices", false) && n.outputs.size() == 1;
+  return n.op->name == "adaptive_avg_pool2d" && n.attrs.ints("output_size", {}) == std::vector<int64_t>{1, 1};
+}
+
+// Whether node c may read a channels-last value as its input i.
+bool nhwc_reader(const Node& c, size_t i, const Value* v) {
+  if (nhwc_pool(c)) return i == 0;
+  const bool full_operand =
+      i >= epi::base_inputs(c.inputs.size(), c.attrs) && v->type.shape() == c.outputs[0]->type.shape();
+  return nhwc_conv(c) && (i == 0 || full_operand);
+}
+
 std::vector<uint8_t> plan_channels_last(const Graph& g) {
   std::vector<uint8_t> nhwc(g.num_values(), 0);
   std::vector<std::vector<std::pair<const Node*, size_t>>> uses(g.num_values());
@@ -138,16 +155,13 @@ std::vector<uint8_t> plan_channels_last(const Graph& g) {
     for (size_t i = 0; i < n->inputs.size(); ++i) uses[n->inputs[i]->id].emplace_back(n.get(), i);
   std::vector<uint8_t> is_out(g.num_values(), 0);
   for (const Value* v : g.outputs()) is_out[v->id] = 1;
-  for (const auto& n : g.nodes()) {
-    if (!nhwc_conv(*n)) continue;
+  for (const auto& n : g.nodes()) {  // (in order: a max pool writes channels-last only from such an input)
+    const bool pool = n->op->name == "max_pool2d" && nhwc_pool(*n) && nhwc[n->inputs[0]->id];
+    if (!nhwc_conv(*n) && !pool) continue;
     const Value* v = n->outputs[0];
     if (is_out[v->id] || uses[v->id].empty()) continue;
     bool ok = true;
-    for (const auto& [c, i] : uses[v->id]) {
-      const bool full_operand = i >= epi::base_inputs(c->inputs.size(), c->attrs) &&
-                                v->type.shape() == c->outputs[0]->type.shape();
-      ok = ok && nhwc_conv(*c) && (i == 0 || full_operand);
-    }
+    for (const auto& [c, i] : uses[v->id]) ok = ok && nhwc_reader(*c, i, v);
     if (ok) nhwc[v->id] = 1;
   }
   return nhwc;

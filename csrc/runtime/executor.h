@@ -116,9 +116,10 @@ struct CompileOptions {
 };
 
 // The values to keep in channels-last order (BuildCtx::channels_last): the 2-D results of
-// convolutions that only convolutions read (as their input or as a full-size operand of their
-// post-ops), and that are no graph output. oneDNN's convolutions on this CPU run on NHWC, so each
-// such edge in row-major NCHW cost a reorder out of one convolution and one into the next.
+// convolutions (and of max pools fed channels-last) that only convolutions (as their input or a
+// full-size operand of their post-ops), max pools and global average pools read, and that are no
+// graph output. oneDNN's convolutions on this CPU run on NHWC, so each such edge in row-major NCHW
+// cost a reorder out of one convolution and one into the next.
 std::vector<uint8_t> plan_channels_last(const Graph& g);
 
 // Graph must be verified and fully static. Keeps constants alive through the program.

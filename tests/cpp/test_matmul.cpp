@@ -340,6 +340,56 @@ TEST_P(ConvChainChannelsLast, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(MatmulOps, ConvChainChannelsLast, ::testing::Values(DType::f32, DType::bf16));
 
+// Pools in a channels-last chain: conv -> max_pool2d 3x3/2 pad 1 (channels-last in and out) ->
+// conv -> global average pool (channels-last in, [N, C, 1, 1] out), with a NaN in the input that
+// must come out of the max pool as it does in PyTorch. Against the naive reference, 1 and 2 threads.
+TEST(MatmulOps, PoolsInAChannelsLastChain) {
+  const int64_t N = 2, C = 3, H = 10, W = 9, O = 24, P = 5, PH = 5, PW = 5;  // (10x9 -> 5x5)
+  auto x = randn(N * C * H * W, 50), w1 = randn(O * C * 9, 51), w2 = randn(P * O * 9, 52);
+  x[1 * C * H * W + 2 * H * W + 4 * W + 4] = std::numeric_limits<float>::quiet_NaN();
+  test::OpCase c;
+  c.args = {{TensorType(DType::f32, {N, C, H, W}), x.data()},
+            {TensorType(DType::f32, {O, C, 3, 3}), w1.data(), true},
+            {TensorType(DType::f32, {P, O, 3, 3}), w2.data(), true}};
+  auto conv = attrs({{"stride", Shape{1, 1}}, {"padding", Shape{1, 1}}, {"dilation", Shape{1, 1}}, {"groups", int64_t{1}}});
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* a = g.add_node("conv", {in[0], in[1]}, conv, "c1")->out();
+    a = g.add_node("max_pool2d", {a}, attrs({{"kernel", Shape{3, 3}}, {"stride", Shape{2, 2}}, {"padding", Shape{1, 1}}}),
+                   "pool")->out();
+    a = g.add_node("conv", {a, in[2]}, conv, "c2")->out();
+    return std::vector<Value*>{g.add_node("adaptive_avg_pool2d", {a}, attrs({{"output_size", Shape{1, 1}}}), "gap")->out()};
+  };
+  auto a = conv2d_ref(x, w1, nullptr, N, C, H, W, O, 3, 3, 1, 1, 1, 1, 1, H, W);
+  std::vector<float> pooled(N * O * PH * PW);
+  for (int64_t p = 0; p < N * O; ++p)
+    for (int64_t oh = 0; oh < PH; ++oh)
+      for (int64_t ow = 0; ow < PW; ++ow) {
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t ih = oh * 2 - 1; ih <= oh * 2 + 1; ++ih)
+          for (int64_t iw = ow * 2 - 1; iw <= ow * 2 + 1; ++iw)
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+              const float v = a[(p * H + ih) * W + iw];
+              if (v > m || std::isnan(v)) m = v;
+            }
+        pooled[(p * PH + oh) * PW + ow] = m;
+      }
+  auto b = conv2d_ref(pooled, w2, nullptr, N, O, PH, PW, P, 3, 3, 1, 1, 1, 1, 1, PH, PW);
+  std::vector<float> want(N * P, 0.f);
+  for (int64_t p = 0; p < N * P; ++p) {
+    for (int64_t i = 0; i < PH * PW; ++i) want[p] += b[p * PH * PW + i];
+    want[p] /= PH * PW;
+  }
+  ASSERT_TRUE(std::isnan(want[P]) && !std::isnan(want[0]));  // (the NaN reached sample 1 only)
+  c.want = test::want_values(want);
+  c.tol = test::Tol{1e-3, 1e-4};
+  auto r = test::check_op(c);
+  ASSERT_EQ(r.got.kernels.size(), 4u) << r.got.graph;
+  EXPECT_NE(r.got.kernels[0].find("nhwc_out"), std::string::npos) << r.got.kernels[0];
+  EXPECT_EQ(r.got.kernels[1], "max_pool2d_nhwc");
+  EXPECT_NE(r.got.kernels[2].find("nhwc_in nhwc_out"), std::string::npos) << r.got.kernels[2];
+  EXPECT_EQ(r.got.kernels[3], "global_avg_pool2d_nhwc_in");
+}
+
 TEST(MatmulOps, Conv1dBf16RuntimeWeights) {
   const int64_t N = 1, C = 3, W = 11, O = 5, k = 3;
   auto x = round_bf16(randn(N * C * W, 23)), w = round_bf16(randn(O * C * k, 24));
