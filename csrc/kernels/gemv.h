@@ -141,6 +141,9 @@ inline void dot4_rows(const float* xf, const W* w0, int64_t M, int64_t K, float*
 }
 
 inline constexpr int64_t kMaxRows = 16;  // run's rows at most
+// Linears of up to this many rows run as a GEMV on the weights as stored (decode steps of a batch up
+// to 8: each weight is read once for all rows, at about a packed GEMM's speed, with no packed copy)
+inline constexpr int64_t kGemvMaxRows = 8;
 
 // y[m, n] = epilogue(dot(x[m, :], W[n, :]) (+ bias[n])) for m < M <= kMaxRows. Results go to the f32
 // `of` ([M, N]), then, when `ob` is given, are rounded to bf16 into it, one thread's column block at

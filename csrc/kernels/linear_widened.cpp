@@ -122,7 +122,7 @@ class WidenedLinearKernel final : public Kernel {
   }
 
  private:
-  static constexpr int64_t kGemvRows = 4;
+  static constexpr int64_t kGemvRows = gemv::kGemvMaxRows;
   static const char* wname() { return std::is_same_v<W, int8_t> ? "int8" : "bfloat16"; }
   struct State : KernelState {
     Args full, tail;

@@ -424,7 +424,7 @@ class GemmKernel final : public Kernel {
     const size_t r = s_.out.size();
     if (!(s_.t == DType::bf16 || s_.t == DType::f32) || !s_.b_nk || !s_.b_const || r != 2) return false;
     int64_t M = s_.a[0];
-    if (M > 4) return false;
+    if (M > gemv::kGemvMaxRows) return false;
     // bf16: oneDNN when it runs bf16 natively and the weights may be packed for so few rows
     // (pack_weights "always"); by default the GEMV reads them in place, as fast
     if (s_.t == DType::bf16 && ctx.pack_rows > M && ctx.pack_rows == INT64_MAX) {
@@ -546,7 +546,7 @@ std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
   // int8 weights, and constant bf16 ones where this CPU has no native bf16 GEMM (whose f32 emulation
   // would keep a widened copy of the weights): read as stored, widened by the kernel
   if (n.inputs[1]->type.dtype == DType::i8 ||
-      (s.t == DType::bf16 && M > 4 && const_data(n.inputs[1]) && !native_matmul(DType::bf16)))
+      (s.t == DType::bf16 && M > gemv::kGemvMaxRows && const_data(n.inputs[1]) && !native_matmul(DType::bf16)))
     return make_linear_widened(n, M, K, N);
   s.a = {M, K};
   s.b = {K, N};

@@ -66,10 +66,10 @@ class CompilerConfig:
     # programs share one packed copy.
     background_packing: bool = field(default_factory=lambda: _env("AIRGRAPH_BACKGROUND_PACKING", "1") != "0")
     # Constant GEMM weights in oneDNN's blocked layout ("packed": a copy beside the module's) or read
-    # where they are (one copy): "auto" packs linear weights only for GEMMs of 5-15 rows (a decode
-    # step of a large batch), where the packed layout is 10-35% faster; wider linears (prefill,
-    # encoders: 2-5% slower than packed) and decode GEMVs of up to 4 rows read the module's own
-    # memory. "always" packs every one (the fastest, twice the weights' memory); "never" packs no
+    # where they are (one copy): "auto" packs linear weights only for GEMMs of 9-15 rows, where the
+    # packed layout is 10-35% faster; wider linears (prefill, encoders: 2-5% slower than packed) and
+    # the GEMVs of decode steps of up to 8 rows (each weight read once for all rows) read the
+    # module's own memory. "always" packs every one (the fastest, twice the weights' memory); "never" packs no
     # linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
     # convolution weights are always packed (AIRGRAPH_PACK_WEIGHTS).
     pack_weights: str = field(default_factory=lambda: _env("AIRGRAPH_PACK_WEIGHTS", "auto"))

@@ -12,6 +12,7 @@
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "check_op.h"
+#include "kernels/gemv.h"
 
 namespace ag {
 namespace {
@@ -92,14 +93,14 @@ std::vector<float> linear_ref(const std::vector<float>& x, const std::vector<flo
 }
 
 TEST(MatmulOps, LinearPrepackedWeightsF32) {
-  const int64_t K = 37, N = 19;
-  auto x = randn(2 * 3 * K, 6), w = randn(N * K, 7), b = randn(N, 8);
+  const int64_t K = 37, N = 19;  // (3 x 4 = 12 rows: more than a GEMV takes)
+  auto x = randn(3 * 4 * K, 6), w = randn(N * K, 7), b = randn(N, 8);
   auto r = check_values("linear",
-                        {{TensorType(DType::f32, {2, 3, K}), x.data()},
+                        {{TensorType(DType::f32, {3, 4, K}), x.data()},
                          {TensorType(DType::f32, {N, K}), w.data(), true},
                          {TensorType(DType::f32, {N}), b.data(), true}},
-                        {}, linear_ref(x, w, b.data(), 6, K, N), {1e-4, 1e-4});
-  ASSERT_EQ(r.out().type.shape(), (Shape{2, 3, N}));
+                        {}, linear_ref(x, w, b.data(), 12, K, N), {1e-4, 1e-4});
+  ASSERT_EQ(r.out().type.shape(), (Shape{3, 4, N}));
   ASSERT_FALSE(r.got.kernels.empty());
   EXPECT_NE(r.got.kernels[0].find("onednn"), std::string::npos) << r.got.kernels[0];
 }
@@ -111,7 +112,7 @@ TEST(MatmulOps, LinearRuntimeWeightsNoBias) {
                linear_ref(x, w, nullptr, 4, K, N), {1e-5, 1e-5});
 }
 
-// The GEMV for few rows against constant [N, K] weights, f32 and bf16: 2-4 rows go through
+// The GEMV for few rows against constant [N, K] weights, f32 and bf16: 2-8 rows go through
 // gemv::dot4_rows (weights in chunks of 512 columns, rows of x two at a time), with the tails of
 // every loop: an odd row of x, N % 4 weight rows, K % 8 inside the last chunk, K > one chunk.
 struct GemvCase {
@@ -139,7 +140,9 @@ TEST_P(LinearGemvRows, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearGemvRows,
                          ::testing::Values(GemvCase{2, 13, 7, DType::f32}, GemvCase{3, 600, 33, DType::f32},
                                            GemvCase{4, 1030, 18, DType::f32}, GemvCase{2, 1024, 9, DType::f32},
-                                           GemvCase{3, 517, 11, DType::bf16}, GemvCase{4, 64, 40, DType::bf16}));
+                                           GemvCase{3, 517, 11, DType::bf16}, GemvCase{4, 64, 40, DType::bf16},
+                                           GemvCase{5, 530, 13, DType::f32}, GemvCase{8, 96, 21, DType::f32},
+                                           GemvCase{7, 1100, 6, DType::bf16}));
 
 class LinearBf16 : public ::testing::TestWithParam<int64_t> {};
 TEST_P(LinearBf16, MatchesF32Reference) {  // M = 1 (GEMV path on CPUs without bf16) and larger M
@@ -224,7 +227,7 @@ TEST_P(LinearInt8, TorchaoFormMatchesWidenedReference) {
   auto r = test::check_op(c);
   EXPECT_EQ(r.got.ops, std::vector<std::string>{"linear"}) << r.got.graph;
   ASSERT_EQ(r.got.kernels.size(), 1u);
-  EXPECT_NE(r.got.kernels[0].find(M <= 4 ? "gemv_int8_weights" : "int8_weights"), std::string::npos)
+  EXPECT_NE(r.got.kernels[0].find(M <= gemv::kGemvMaxRows ? "gemv_int8_weights" : "int8_weights"), std::string::npos)
       << r.got.kernels[0];
 }
 INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearInt8,
