@@ -18,6 +18,15 @@ struct Pool2d {
   int64_t planes = 0, H = 0, W = 0, OH = 0, OW = 0;
   int64_t kH = 1, kW = 1, sH = 1, sW = 1, pH = 0, pW = 0, dH = 1, dW = 1;
   bool ceil = false;
+  // The first and one-past-last input row (col) of output row oh's (column ow's) max-pool window:
+  // dilated, clipped to the input, the first tap moved in by whole dilations past the padding.
+  std::pair<int64_t, int64_t> rows(int64_t oh) const { return taps(oh * sH - pH, kH, dH, H); }
+  std::pair<int64_t, int64_t> cols(int64_t ow) const { return taps(ow * sW - pW, kW, dW, W); }
+  static std::pair<int64_t, int64_t> taps(int64_t i0, int64_t k, int64_t d, int64_t n) {
+    const int64_t i1 = std::min(i0 + (k - 1) * d + 1, n);
+    while (i0 < 0) i0 += d;
+    return {i0, i1};
+  }
 };
 
 std::vector<int64_t> pair_attr(const Attrs& a, const char* op, const char* key, std::vector<int64_t> dflt) {
@@ -74,13 +83,9 @@ void run_max_pool(const Pool2d& g, const T* x, T* y, int64_t* yi) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t pl = t / g.OH, oh = t % g.OH;
       const T* p = x + pl * g.H * g.W;
-      int64_t ih0 = oh * g.sH - g.pH;
-      const int64_t ih1 = std::min(ih0 + (g.kH - 1) * g.dH + 1, g.H);
-      while (ih0 < 0) ih0 += g.dH;
+      const auto [ih0, ih1] = g.rows(oh);
       for (int64_t ow = 0; ow < g.OW; ++ow) {
-        int64_t iw0 = ow * g.sW - g.pW;
-        const int64_t iw1 = std::min(iw0 + (g.kW - 1) * g.dW + 1, g.W);
-        while (iw0 < 0) iw0 += g.dW;
+        const auto [iw0, iw1] = g.cols(ow);
         int64_t mi = ih0 * g.W + iw0;
         A mv = -std::numeric_limits<A>::infinity();
         for (int64_t ih = ih0; ih < ih1; ih += g.dH)
@@ -109,13 +114,9 @@ void run_max_pool_nhwc(const Pool2d& g, int64_t N, int64_t C, const T* x, T* y, 
     A mv[kChanChunk];
     for (int64_t t = b; t < e; ++t) {
       const int64_t n = t / g.OH, oh = t % g.OH;
-      int64_t ih0 = oh * g.sH - g.pH;
-      const int64_t ih1 = std::min(ih0 + (g.kH - 1) * g.dH + 1, g.H);
-      while (ih0 < 0) ih0 += g.dH;
+      const auto [ih0, ih1] = g.rows(oh);
       for (int64_t ow = 0; ow < g.OW; ++ow) {
-        int64_t iw0 = ow * g.sW - g.pW;
-        const int64_t iw1 = std::min(iw0 + (g.kW - 1) * g.dW + 1, g.W);
-        while (iw0 < 0) iw0 += g.dW;
+        const auto [iw0, iw1] = g.cols(ow);
         for (int64_t c0 = 0; c0 < C; c0 += kChanChunk) {
           const int64_t nc = std::min(kChanChunk, C - c0);
           for (int64_t c = 0; c < nc; ++c) mv[c] = -std::numeric_limits<A>::infinity();

@@ -129,6 +129,12 @@ def test_keyword_inputs_and_nested_outputs(tmp_path):
         lm(x)
 
 
+def _python(code: str, env: dict | None = None):
+    """Runs `code` in a new Python process with this one's import path (and `env` added)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+
+
 def test_a_new_process_runs_the_file_without_dynamo(tmp_path):
     torch.manual_seed(0)
     m, x = MLP().eval(), torch.randn(4, 16)
@@ -144,8 +150,7 @@ def test_a_new_process_runs_the_file_without_dynamo(tmp_path):
         "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-6)\n"
         "assert not counters['frames'], dict(counters['frames'])\n"
         "print('ran without dynamo')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    r = _python(code)
     assert r.returncode == 0 and "ran without dynamo" in r.stdout, r.stdout + r.stderr
 
 
@@ -323,10 +328,7 @@ def test_the_file_holds_packed_weights_that_a_new_process_maps(tmp_path, isa):
         "    C.wait_background_idle()\n"
         "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-5)\n"
         "print('packed', C.packed_weight_bytes(), 'reused', C.packed_weight_reuses())\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    if isa != "native":
-        env["ONEDNN_MAX_CPU_ISA"] = isa
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    r = _python(code, {} if isa == "native" else {"ONEDNN_MAX_CPU_ISA": isa})
     assert r.returncode == 0, r.stdout + r.stderr
     packed, reused = (int(v) for v in r.stdout.split()[1::2])
     if isa == "native":
