@@ -57,6 +57,10 @@ struct FusedInstr {
 };
 // Encodes a node as one instruction; false when it cannot be fused with these dtypes or attributes.
 using FuseFn = bool (*)(const Node& node, FusedInstr* out);
+// Channels-last (BuildCtx::channels_last), declared with the op's kernel: whether the node's kernel
+// reads input `i` as NHWC bytes of its logical [N, C, H, W] (`i` < 0: whether it may write its
+// result so). runtime/executor.cpp's plan asks every reader and writer of a value.
+using ChannelsLastFn = bool (*)(const Node& node, int i);
 
 struct OpDef {
   const char* name = nullptr;
@@ -73,6 +77,7 @@ struct OpDef {
   FuseFn fuse = nullptr;
   int64_t fused_code = 0;
   bool epilogue = false;
+  ChannelsLastFn channels_last = nullptr;  // nullptr: row-major only
   bool has(OpProps p) const { return (props & p) != 0; }
 };
 

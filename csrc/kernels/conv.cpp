@@ -431,7 +431,31 @@ std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return s
 
 }  // namespace
 
+// Channels-last (OpDef::channels_last; ConvKernel honours it): a 2-D convolution, f32 or bf16, with
+// nothing empty and a post-op chain whose operands (scalars, per channel, full size) all come before
+// its activations, so that what runs by hand on its result (activations only) does not depend on
+// where an element is. It reads NHWC as its input (0) or as a full-size post-op operand, and may
+// write its result so (-1).
+static bool conv_channels_last(const Node& n, int i) {
+  if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
+  if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
+  if (x.numel() == 0 || w.numel() == 0 || o.numel() == 0) return false;
+  bool unary_seen = false;
+  for (int64_t c : n.attrs.ints("post_ops", {})) {
+    if (!epi::is_binary(c)) unary_seen = true;
+    else if (unary_seen) return false;
+  }
+  const size_t nb = epi::base_inputs(n.inputs.size(), n.attrs);
+  for (size_t k = nb; k < n.inputs.size(); ++k) {
+    epi::Mode m;
+    if (!epi::classify(n.inputs[k]->type.shape(), o.shape(), true, &m)) return false;
+  }
+  if (i < 0 || i == 0) return true;
+  return static_cast<size_t>(i) >= nb && n.inputs[i]->type.shape() == o.shape();  // (a full-size operand)
+}
+
 AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = -1, .infer = infer_conv,
-                      .make_kernel = make_conv, .props = kCostlyKernel});
+                      .make_kernel = make_conv, .props = kCostlyKernel, .channels_last = conv_channels_last});
 
 }  // namespace ag

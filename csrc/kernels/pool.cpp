@@ -305,11 +305,23 @@ std::unique_ptr<Kernel> make_adaptive(const Node& n, const BuildCtx& ctx) {
 
 }  // namespace
 
+// Channels-last (OpDef::channels_last): a 4-D max pool without indices reads NHWC and may write it
+// (run_max_pool_nhwc); the global average (adaptive 1x1) reads it (its [N, C, 1, 1] result is the
+// same bytes in either layout, so it never writes it).
+static bool max_pool_channels_last(const Node& n, int i) {
+  const TensorType& x = n.inputs[0]->type;
+  return i <= 0 && x.rank() == 4 && n.outputs.size() == 1 && !n.attrs.b("indices", false);
+}
+static bool adaptive_channels_last(const Node& n, int i) {
+  return i == 0 && n.inputs[0]->type.rank() == 4 && n.attrs.ints("output_size", {}) == std::vector<int64_t>{1, 1};
+}
+
 AG_REGISTER_OP(max_pool2d, {.name = "max_pool2d", .min_inputs = 1, .max_inputs = 1, .infer = infer_max_pool,
-                            .make_kernel = make_max_pool, .props = kNoProps});
+                            .make_kernel = make_max_pool, .props = kNoProps, .channels_last = max_pool_channels_last});
 AG_REGISTER_OP(avg_pool2d, {.name = "avg_pool2d", .min_inputs = 1, .max_inputs = 1, .infer = infer_avg_pool,
                             .make_kernel = make_avg_pool, .props = kNoProps});
 AG_REGISTER_OP(adaptive_avg_pool2d, {.name = "adaptive_avg_pool2d", .min_inputs = 1, .max_inputs = 1,
-                                     .infer = infer_adaptive, .make_kernel = make_adaptive, .props = kNoProps});
+                                     .infer = infer_adaptive, .make_kernel = make_adaptive, .props = kNoProps,
+                                     .channels_last = adaptive_channels_last});
 
 }  // namespace ag

@@ -12,7 +12,6 @@
 #include "base/background.h"
 #include "base/memory.h"
 #include "base/parallel.h"
-#include "ir/epilogue.h"
 
 namespace ag {
 namespace {
@@ -108,45 +107,7 @@ std::vector<uint8_t> layouts_of(const Node& n, const BuildCtx& ctx) {
   return l;
 }
 
-// A 2-D convolution whose input and result may be channels-last: f32 or bf16, nothing empty, and a
-// post-op chain whose operands (scalars, per channel, full size) all come before its activations,
-// so that only activations, which do not care where an element is, run by hand on its result.
-bool nhwc_conv(const Node& n) {
-  if (n.op->name != "conv" || n.outputs.size() != 1) return false;
-  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
-  if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
-  if (x.numel() == 0 || w.numel() == 0 || o.numel() == 0) return false;
-  const std::vector<int64_t> codes = n.attrs.has("post_ops") ? n.attrs.ints("post_ops") : std::vector<int64_t>{};
-  bool unary_seen = false;
-  for (int64_t c : codes) {
-    if (!epi::is_binary(c)) unary_seen = true;
-    else if (unary_seen) return false;
-  }
-  const size_t nb = epi::base_inputs(n.inputs.size(), n.attrs);
-  for (size_t i = nb; i < n.inputs.size(); ++i) {
-    epi::Mode m;
-    if (!epi::classify(n.inputs[i]->type.shape(), o.shape(), true, &m)) return false;
-  }
-  return true;
-}
 }  // namespace
-
-// Pools that take a channels-last input (kernels/pool.cpp): max_pool2d without indices (its result
-// may be channels-last too), and the global average (adaptive 1x1, whose result is the same bytes in
-// both layouts, so it is never marked).
-bool nhwc_pool(const Node& n) {
-  if (n.outputs.empty() || n.inputs[0]->type.rank() != 4 || !is_floating(n.inputs[0]->type.dtype)) return false;
-  if (n.op->name == "max_pool2d") return !n.attrs.b("indices", false) && n.outputs.size() == 1;
-  return n.op->name == "adaptive_avg_pool2d" && n.attrs.ints("output_size", {}) == std::vector<int64_t>{1, 1};
-}
-
-// Whether node c may read a channels-last value as its input i.
-bool nhwc_reader(const Node& c, size_t i, const Value* v) {
-  if (nhwc_pool(c)) return i == 0;
-  const bool full_operand =
-      i >= epi::base_inputs(c.inputs.size(), c.attrs) && v->type.shape() == c.outputs[0]->type.shape();
-  return nhwc_conv(c) && (i == 0 || full_operand);
-}
 
 std::vector<uint8_t> plan_channels_last(const Graph& g) {
   std::vector<uint8_t> nhwc(g.num_values(), 0);
@@ -155,13 +116,16 @@ std::vector<uint8_t> plan_channels_last(const Graph& g) {
     for (size_t i = 0; i < n->inputs.size(); ++i) uses[n->inputs[i]->id].emplace_back(n.get(), i);
   std::vector<uint8_t> is_out(g.num_values(), 0);
   for (const Value* v : g.outputs()) is_out[v->id] = 1;
-  for (const auto& n : g.nodes()) {  // (in order: a max pool writes channels-last only from such an input)
-    const bool pool = n->op->name == "max_pool2d" && nhwc_pool(*n) && nhwc[n->inputs[0]->id];
-    if (!nhwc_conv(*n) && !pool) continue;
+  auto reads = [](const Node& c, size_t i) { return c.op->channels_last && c.op->channels_last(c, static_cast<int>(i)); };
+  for (const auto& n : g.nodes()) {  // (in order: a writer that also reads sees its input's layout decided)
+    if (!n->op->channels_last || n->outputs.size() != 1 || !n->op->channels_last(*n, -1)) continue;
+    // an op that passes a layout on (a pool: not a kCostlyKernel) writes channels-last only from a
+    // channels-last input; a convolution makes its own
+    if (!n->op->has(kCostlyKernel) && !(reads(*n, 0) && nhwc[n->inputs[0]->id])) continue;
     const Value* v = n->outputs[0];
     if (is_out[v->id] || uses[v->id].empty()) continue;
     bool ok = true;
-    for (const auto& [c, i] : uses[v->id]) ok = ok && nhwc_reader(*c, i, v);
+    for (const auto& [c, i] : uses[v->id]) ok = ok && reads(*c, i);
     if (ok) nhwc[v->id] = 1;
   }
   return nhwc;
