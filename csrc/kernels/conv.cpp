@@ -1,6 +1,7 @@
-// "conv"(x, w[, bias]){stride, padding, dilation, groups}: 1-D, 2-D and 3-D
+// "conv"(x, w[, bias]){stride, padding, dilation, groups[, padding_r]}: 1-D, 2-D and 3-D
 // convolution (cross-correlation, as PyTorch) on oneDNN. x [N, C, *spatial],
-// w [O, C / groups, *kernel], bias [O]; output [N, O, *out_spatial], all plain
+// w [O, C / groups, *kernel], bias [O]; output [N, O, *out_spatial]; padding_r pads the end of each
+// spatial dim where it differs from the start (canonicalize folds a zero pad in so), all plain
 // NC(D)(H)W. The primitive picks its preferred (blocked) activation layout; the
 // reorders to and from it are prebuilt, and a constant weight is reordered
 // into the primitive's layout once, when the kernel is built. 16-bit dtypes
@@ -20,6 +21,7 @@ using tag = dnnl::memory::format_tag;
 struct ConvParams {
   Shape stride, padding, dilation;
   int64_t groups;
+  Shape padding_r;  // the end of each spatial dim: padding_r when given (a folded zero pad), else padding
 };
 
 ConvParams conv_params(const Attrs& a, int64_t sp) {
@@ -33,9 +35,12 @@ ConvParams conv_params(const Attrs& a, int64_t sp) {
   fix(p.stride, "stride");
   fix(p.padding, "padding");
   fix(p.dilation, "dilation");
+  p.padding_r = a.ints("padding_r", p.padding);
+  fix(p.padding_r, "padding_r");
   for (int64_t i = 0; i < sp; ++i) {
     AG_CHECK(p.stride[i] >= 1, "conv: stride must be >= 1, got ", shape_str(p.stride));
-    AG_CHECK(p.padding[i] >= 0, "conv: padding must be >= 0, got ", shape_str(p.padding));
+    AG_CHECK(p.padding[i] >= 0 && p.padding_r[i] >= 0, "conv: padding must be >= 0, got ", shape_str(p.padding),
+             " and ", shape_str(p.padding_r));
     AG_CHECK(p.dilation[i] >= 1, "conv: dilation must be >= 1, got ", shape_str(p.dilation));
   }
   AG_CHECK(p.groups >= 1, "conv: groups must be >= 1, got ", p.groups);
@@ -66,7 +71,7 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
   Shape o{x.size(0), O};
   for (int64_t i = 0; i < sp; ++i) {
     int64_t eff = p.dilation[i] * (w.size(2 + i) - 1) + 1;
-    int64_t n = x.size(2 + i) + 2 * p.padding[i] - eff;
+    int64_t n = x.size(2 + i) + p.padding[i] + p.padding_r[i] - eff;
     AG_CHECK(n >= 0, "conv: input ", x.str(), " (padded by ", shape_str(p.padding), ") is smaller than the kernel ",
              w.str(), " with dilation ", shape_str(p.dilation));
     o.push_back(n / p.stride[i] + 1);
@@ -110,7 +115,8 @@ class ConvKernel final : public Kernel {
       if (!epi_.empty()) name_ = "conv_zero_channels" + post_name(0);
       return;
     }
-    dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pad(p.padding.begin(), p.padding.end()), dil;
+    dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pad(p.padding.begin(), p.padding.end()),
+        pad_r(p.padding_r.begin(), p.padding_r.end()), dil;
     for (int64_t d : p.dilation) dil.push_back(d - 1);
     // grouped weights: [G, O/G, C/G, *k] is the same bytes as PyTorch's [O, C/G, *k]
     Shape wg = ws_;
@@ -133,10 +139,10 @@ class ConvKernel final : public Kernel {
         if (prim_bias_)
           return dnnl::convolution_forward::primitive_desc(
               engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x_md, w_md,
-              plain_desc({O_}, d), o_md, strides, dil, pad, pad, attr);
+              plain_desc({O_}, d), o_md, strides, dil, pad, pad_r, attr);
         return dnnl::convolution_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference,
                                                          dnnl::algorithm::convolution_direct, x_md, w_md, o_md,
-                                                         strides, dil, pad, pad, attr);
+                                                         strides, dil, pad, pad_r, attr);
       });
       if (!ok) return false;
       std::string impl(pd.impl_info_str());

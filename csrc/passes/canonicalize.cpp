@@ -16,7 +16,14 @@
 //    (reshape to [B, Hk, 1, S, E], expand to R copies, reshape to [B, Hk*R, S, E]) copies the
 //    whole KV cache R times per layer and step; the sdpa kernel reads key head h / R itself
 //    (grouped-query attention), so K and V are read once, where they are.
+//  - conv(pad(x, zeros)) becomes conv(x) with the pad added to its padding (start and end apart:
+//    padding_r): TensorFlow-style "same" padding (MobileNet, EfficientNet: an explicit F.pad before
+//    each strided or depthwise convolution) costs no copy of the activations, and the convolution
+//    reads its input where the previous one wrote it (channels-last included).
 // Runs to a fixed point. Keeps node order and FX names.
+#include <cmath>
+#include <variant>
+
 #include "ir/op_registry.h"
 #include "passes/passes.h"
 
@@ -101,6 +108,41 @@ Value* repeated_heads(Value* r, int64_t* rep) {
   return x;
 }
 
+// A conv whose input is a pad by +0.0 of its spatial dims only (no crop): the pad goes into the
+// conv's padding and the conv reads the pad's input.
+bool fold_zero_pad(Node& n) {
+  if (n.inputs.size() < 2 || !is_op(n.inputs[0], "pad")) return false;
+  const Node& p = *n.inputs[0]->producer;
+  const TensorType& x = p.inputs[0]->type;
+  const int64_t r = x.rank(), sp = r - 2;
+  if (sp < 1 || !is_floating(x.dtype)) return false;
+  if (const AttrValue* v = p.attrs.find("value")) {
+    const double z = std::holds_alternative<double>(*v) ? std::get<double>(*v)
+                     : std::holds_alternative<int64_t>(*v) ? static_cast<double>(std::get<int64_t>(*v)) : 1.0;
+    if (z != 0.0 || std::signbit(z)) return false;  // (a -0.0 pad is not the conv's own +0.0)
+  }
+  const Shape pads = p.attrs.ints("pads");
+  for (size_t k = 0; k < pads.size(); ++k)
+    if (pads[k] < 0 || (static_cast<int64_t>(k / 2) >= sp && pads[k] != 0)) return false;
+  auto full = [&](Shape v, int64_t dflt) {
+    if (v.empty()) v = Shape(sp, dflt);
+    if (v.size() == 1 && sp > 1) v = Shape(sp, v[0]);
+    return v;
+  };
+  Shape pl = full(n.attrs.ints("padding", {}), 0);
+  Shape pr = full(n.attrs.ints("padding_r", pl), 0);
+  if (static_cast<int64_t>(pl.size()) != sp || static_cast<int64_t>(pr.size()) != sp) return false;
+  for (size_t k = 0; k < pads.size() / 2 && static_cast<int64_t>(k) < sp; ++k) {
+    const int64_t s = sp - 1 - static_cast<int64_t>(k);  // (pads run from the last dim backwards)
+    pl[s] += pads[2 * k];
+    pr[s] += pads[2 * k + 1];
+  }
+  n.attrs.set("padding", pl);
+  n.attrs.set("padding_r", pr);
+  n.inputs[0] = p.inputs[0];
+  return true;
+}
+
 }  // namespace
 
 int canonicalize(Graph& g) {
@@ -118,6 +160,10 @@ int canonicalize(Graph& g) {
       std::string_view op = n->op->name;
       if (op == "reshape" && is_op(n->inputs[0], "reshape")) {
         n->inputs[0] = n->inputs[0]->producer->inputs[0];
+        ++changes;
+        continue;
+      }
+      if (op == "conv" && fold_zero_pad(*n)) {
         ++changes;
         continue;
       }

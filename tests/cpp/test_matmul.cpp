@@ -393,6 +393,36 @@ TEST(MatmulOps, PoolsInAChannelsLastChain) {
   EXPECT_EQ(r.got.kernels[3], "global_avg_pool2d_nhwc_in");
 }
 
+// TensorFlow-style "same" padding: conv(pad(x, [0, 1, 0, 1]), stride 2) runs as one conv with
+// asymmetric padding (canonicalize folds a +0.0 pad of the spatial dims in); a pad by 1.0 stays a pad.
+TEST(MatmulOps, ZeroPadFoldsIntoTheConvolution) {
+  const int64_t N = 2, C = 3, H = 7, W = 8, O = 4;
+  auto x = randn(N * C * H * W, 60), w = randn(O * C * 9, 61);
+  for (double value : {0.0, 1.0}) {
+    const int64_t PH = H + 1, PW = W + 1;  // (pads: left 0, right 1, top 0, bottom 1)
+    std::vector<float> padded(N * C * PH * PW, static_cast<float>(value));
+    for (int64_t p = 0; p < N * C; ++p)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t v = 0; v < W; ++v) padded[(p * PH + h) * PW + v] = x[(p * H + h) * W + v];
+    const int64_t OH = (PH - 3) / 2 + 1, OW = (PW - 3) / 2 + 1;
+    test::OpCase c;
+    c.args = {{TensorType(DType::f32, {N, C, H, W}), x.data()}, {TensorType(DType::f32, {O, C, 3, 3}), w.data(), true}};
+    c.build = [&](Graph& g, const std::vector<Value*>& in) {
+      Value* p = g.add_node("pad", {in[0]}, attrs({{"pads", Shape{0, 1, 0, 1}}, {"value", value}}), "pad")->out();
+      return std::vector<Value*>{
+          g.add_node("conv", {p, in[1]},
+                     attrs({{"stride", Shape{2, 2}}, {"padding", Shape{0, 0}}, {"dilation", Shape{1, 1}}, {"groups", int64_t{1}}}),
+                     "conv")->out()};
+    };
+    c.want = test::want_values(conv2d_ref(padded, w, nullptr, N, C, PH, PW, O, 3, 3, 2, 0, 1, 1, 0, OH, OW));
+    c.tol = test::Tol{1e-4, 1e-4};
+    auto r = test::check_op(c);
+    const std::vector<std::string> want_ops = value == 0.0 ? std::vector<std::string>{"conv"}
+                                                           : std::vector<std::string>{"pad", "conv"};
+    EXPECT_EQ(r.got.ops, want_ops) << r.got.graph;
+  }
+}
+
 TEST(MatmulOps, Conv1dBf16RuntimeWeights) {
   const int64_t N = 1, C = 3, W = 11, O = 5, k = 3;
   auto x = round_bf16(randn(N * C * W, 23)), w = round_bf16(randn(O * C * k, 24));
