@@ -280,7 +280,8 @@ def test_bench_tiny(tmp_path):
     num = r"[\d.]+"
     assert re.search(rf"^\| resnet50( \(LOADED: [a-z_, ]+\))? \| {num} \| {num} \({num}, {num}\) \| "
                      rf"{num} \({num}, {num}, \d+ hits? \(\d+ Dynamo\)\) \| {num} / {num} "
-                     rf"\| {num} \| {num} \| ({num}|error: .+) \| {num} \(\d+ frames\) \| {num} \(0 frames\) \|$",
+                     rf"\| {num} \| {num} \| {num} \({num}, {num}, {num}\) \| ({num}|error: .+) \| {num} \(\d+ frames\) "
+                     rf"\| {num} \(0 frames\) \|$",
                      md, re.M), md
     first = data["first_call"]
     (row,) = first["rows"]
