@@ -299,7 +299,8 @@ def test_bench_tiny(tmp_path):
     ov = first["overhead"]
     assert ov["loaded_us"] > 0 and ov["eager_us"] > 0 and ov["compiled_us"] > 0, ov
     status = {t["target"].split(" (")[0].split(":")[0]: t["status"] for t in first["targets"]}
-    assert set(status.values()) <= {"met", "missed"} and len(status) == 5, first["targets"]
+    assert set(status.values()) <= {"met", "missed"} and len(status) == 6, first["targets"]
+    assert exported["rss_growth_mb"] > 0 and exported["file_mb"] > 0 and exported["packed_mb"] >= 0, exported
     cc = row["cc_warm"]  # airgraph.cache_compile: the warm process replays the cold one's entry
     assert cc["dynamo_frames"] == 0 and cc["counts"]["loaded"] >= 1 and cc["max_diff"] < 1e-3, cc
     assert re.search(r"airgraph\.load\(path\) \+ first call at most 1 s for every zoo model: \*\*(met|missed)\*\*: "
