@@ -49,8 +49,20 @@ log = logging.getLogger("airgraph")
 
 FORMAT = "airgraph-compiled"
 FORMAT_VERSION = 3
-# this build's ops and passes (instruction codes, post-op formats): entries of another build never match
-_ENGINE = C.engine_digest()
+def _build_stamp() -> str:
+    """The extension file as built (size and modification time; it holds every pass and kernel): an
+    entry written by another build (a pass changed, a kernel fixed) is never reused, even at the same
+    version and op list."""
+    try:
+        st = os.stat(C.__file__)
+        return f":{st.st_size}:{st.st_mtime_ns}"
+    except (AttributeError, OSError, TypeError):
+        return ""
+
+
+# this build's ops and passes (instruction codes, post-op formats) and the build itself: entries of
+# another build never match
+_ENGINE = C.engine_digest() + _build_stamp()
 # what an entry holds: the graph as lowered from FX, or after the passes
 LOWERED, OPTIMIZED = "lowered", "optimized"
 # the most bytes of weights a cached optimized graph's derived constants may come from (each hit
