@@ -58,8 +58,11 @@ struct FusedInstr {
 // Encodes a node as one instruction; false when it cannot be fused with these dtypes or attributes.
 using FuseFn = bool (*)(const Node& node, FusedInstr* out);
 // Channels-last (BuildCtx::channels_last), declared with the op's kernel: whether the node's kernel
-// reads input `i` as NHWC bytes of its logical [N, C, H, W] (`i` < 0: whether it may write its
-// result so). runtime/executor.cpp's plan asks every reader and writer of a value.
+// reads input `i` (>= 0) as NHWC bytes of its logical [N, C, H, W], or may write its result so when
+// its input 0 is row-major (kWritesChannelsLast) or channels-last (kPassesChannelsLast: a pool
+// passes the layout on, a convolution makes its own). runtime/executor.cpp's plan asks every
+// reader and writer of a value.
+inline constexpr int kWritesChannelsLast = -1, kPassesChannelsLast = -2;
 using ChannelsLastFn = bool (*)(const Node& node, int i);
 
 struct OpDef {

@@ -26,7 +26,7 @@ struct ConvParams {
 
 ConvParams conv_params(const Attrs& a, int64_t sp) {
   ConvParams p{a.ints("stride", Shape(sp, 1)), a.ints("padding", Shape(sp, 0)), a.ints("dilation", Shape(sp, 1)),
-               a.i("groups", 1)};
+               a.i("groups", 1), {}};
   auto fix = [&](Shape& v, const char* what) {
     if (v.size() == 1 && sp > 1) v = Shape(sp, v[0]);
     AG_CHECK(static_cast<int64_t>(v.size()) == sp, "conv: ", what, " ", shape_str(v), " does not match ", sp,
@@ -441,7 +441,7 @@ std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return s
 // nothing empty and a post-op chain whose operands (scalars, per channel, full size) all come before
 // its activations, so that what runs by hand on its result (activations only) does not depend on
 // where an element is. It reads NHWC as its input (0) or as a full-size post-op operand, and may
-// write its result so (-1).
+// write its result so from either layout of its input.
 static bool conv_channels_last(const Node& n, int i) {
   if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
   const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
@@ -457,7 +457,7 @@ static bool conv_channels_last(const Node& n, int i) {
     epi::Mode m;
     if (!epi::classify(n.inputs[k]->type.shape(), o.shape(), true, &m)) return false;
   }
-  if (i < 0 || i == 0) return true;
+  if (i == kWritesChannelsLast || i == kPassesChannelsLast || i == 0) return true;
   return static_cast<size_t>(i) >= nb && n.inputs[i]->type.shape() == o.shape();  // (a full-size operand)
 }
 

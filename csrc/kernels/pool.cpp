@@ -305,12 +305,14 @@ std::unique_ptr<Kernel> make_adaptive(const Node& n, const BuildCtx& ctx) {
 
 }  // namespace
 
-// Channels-last (OpDef::channels_last): a 4-D max pool without indices reads NHWC and may write it
-// (run_max_pool_nhwc); the global average (adaptive 1x1) reads it (its [N, C, 1, 1] result is the
-// same bytes in either layout, so it never writes it).
+// Channels-last (OpDef::channels_last): a 4-D max pool without indices reads NHWC and passes it on
+// (run_max_pool_nhwc: a channels-last result only from a channels-last input); the global average
+// (adaptive 1x1) reads it (its [N, C, 1, 1] result is the same bytes in either layout, so it never
+// writes it).
 static bool max_pool_channels_last(const Node& n, int i) {
   const TensorType& x = n.inputs[0]->type;
-  return i <= 0 && x.rank() == 4 && n.outputs.size() == 1 && !n.attrs.b("indices", false);
+  return (i == 0 || i == kPassesChannelsLast) && x.rank() == 4 && n.outputs.size() == 1 &&
+         !n.attrs.b("indices", false);
 }
 static bool adaptive_channels_last(const Node& n, int i) {
   return i == 0 && n.inputs[0]->type.rank() == 4 && n.attrs.ints("output_size", {}) == std::vector<int64_t>{1, 1};

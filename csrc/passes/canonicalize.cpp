@@ -124,13 +124,13 @@ bool fold_zero_pad(Node& n) {
   const Shape pads = p.attrs.ints("pads");
   for (size_t k = 0; k < pads.size(); ++k)
     if (pads[k] < 0 || (static_cast<int64_t>(k / 2) >= sp && pads[k] != 0)) return false;
-  auto full = [&](Shape v, int64_t dflt) {
-    if (v.empty()) v = Shape(sp, dflt);
+  auto full = [&](Shape v) {  // (as the conv reads it: none is 0, one value is every dim's)
+    if (v.empty()) v = Shape(sp, 0);
     if (v.size() == 1 && sp > 1) v = Shape(sp, v[0]);
     return v;
   };
-  Shape pl = full(n.attrs.ints("padding", {}), 0);
-  Shape pr = full(n.attrs.ints("padding_r", pl), 0);
+  Shape pl = full(n.attrs.ints("padding", {}));
+  Shape pr = full(n.attrs.ints("padding_r", pl));
   if (static_cast<int64_t>(pl.size()) != sp || static_cast<int64_t>(pr.size()) != sp) return false;
   for (size_t k = 0; k < pads.size() / 2 && static_cast<int64_t>(k) < sp; ++k) {
     const int64_t s = sp - 1 - static_cast<int64_t>(k);  // (pads run from the last dim backwards)

@@ -96,9 +96,8 @@ size_t hash_types(size_t h, const std::vector<Value*>& vs) {
   }
   return h;
 }
-}  // namespace
 
-namespace {
+// The channels-last flags of a node's inputs and outputs (part of a kernel's identity).
 std::vector<uint8_t> layouts_of(const Node& n, const BuildCtx& ctx) {
   std::vector<uint8_t> l;
   if (!ctx.channels_last) return l;
@@ -106,7 +105,6 @@ std::vector<uint8_t> layouts_of(const Node& n, const BuildCtx& ctx) {
   for (const Value* v : n.outputs) l.push_back(ctx.nhwc(v->id));
   return l;
 }
-
 }  // namespace
 
 std::vector<uint8_t> plan_channels_last(const Graph& g) {
@@ -117,11 +115,10 @@ std::vector<uint8_t> plan_channels_last(const Graph& g) {
   std::vector<uint8_t> is_out(g.num_values(), 0);
   for (const Value* v : g.outputs()) is_out[v->id] = 1;
   auto reads = [](const Node& c, size_t i) { return c.op->channels_last && c.op->channels_last(c, static_cast<int>(i)); };
-  for (const auto& n : g.nodes()) {  // (in order: a writer that also reads sees its input's layout decided)
-    if (!n->op->channels_last || n->outputs.size() != 1 || !n->op->channels_last(*n, -1)) continue;
-    // an op that passes a layout on (a pool: not a kCostlyKernel) writes channels-last only from a
-    // channels-last input; a convolution makes its own
-    if (!n->op->has(kCostlyKernel) && !(reads(*n, 0) && nhwc[n->inputs[0]->id])) continue;
+  for (const auto& n : g.nodes()) {  // (in order: a writer's input 0 has its layout decided)
+    if (!n->op->channels_last || n->outputs.size() != 1 || n->inputs.empty()) continue;
+    const bool from_nhwc = nhwc[n->inputs[0]->id];
+    if (!n->op->channels_last(*n, from_nhwc ? kPassesChannelsLast : kWritesChannelsLast)) continue;
     const Value* v = n->outputs[0];
     if (is_out[v->id] || uses[v->id].empty()) continue;
     bool ok = true;
@@ -134,6 +131,7 @@ std::vector<uint8_t> plan_channels_last(const Graph& g) {
 KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
   size_t h = hash_types(hash_types(std::hash<std::string>()(n.name) ^ std::hash<const void*>()(n.op), n.inputs),
                         n.outputs);
+  std::vector<uint8_t> layouts = layouts_of(n, ctx);
   auto same = [&](const Key& k) {
     if (k.name != n.name || k.in.size() != n.inputs.size() || k.out.size() != n.outputs.size() || !(k.attrs == n.attrs))
       return false;
@@ -143,7 +141,7 @@ KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
       if (n.inputs[i]->is_const() && (c >= k.consts.size() || k.consts[c++] != n.inputs[i]->storage)) return false;
     }
     if (c != k.consts.size()) return false;
-    if (k.nhwc != layouts_of(n, ctx)) return false;
+    if (k.nhwc != layouts) return false;
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!(k.out[i] == n.outputs[i]->type)) return false;
     return true;
@@ -158,7 +156,7 @@ KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
       }
   }
   Entry made{make_kernel_of(n, ctx), std::make_shared<const std::string>(n.context())};
-  Key k{{}, {}, n.attrs, n.name, {}, layouts_of(n, ctx)};
+  Key k{{}, {}, n.attrs, n.name, {}, std::move(layouts)};
   for (const Value* v : n.inputs) {
     k.in.push_back(v->type);
     if (v->is_const()) k.consts.push_back(v->storage);
