@@ -23,6 +23,7 @@ from .compiler import compile_aten_graph, engine_runner
 from .config import CompilerConfig
 from .decompositions import decomposition_table
 from .graph_types import CompileReport
+from .lowering.vision import keep_resizes_whole
 from .shapes import ShapeSpec
 
 log = logging.getLogger("airgraph")
@@ -305,6 +306,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         # it on): airgraph's result is saved through aot_compile_support instead
         off = {k: False for k in ("force_autograd_cache", "bundled_autograd_cache")
                if hasattr(torch._functorch.config, k)}
+        keep_resizes_whole(gm)  # (F.interpolate the engine runs whole, instead of its decomposition)
         with torch._functorch.config.patch(off):
             compiled = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                              decompositions=decomposition_table(),

@@ -41,6 +41,7 @@ from .config import CompilerConfig
 from .decompositions import decomposition_table
 from .graph_types import CompileReport, InputMismatch, Lowered
 from .lower import check_support, lower_graph
+from .lowering.vision import keep_resizes_whole
 from .lowering import Unsupported, bound_sizes
 from .pipeline import compile_graph, observers_for
 from .shapes import ShapeSpec, graph_symbols, hint_sizes, key_function
@@ -191,6 +192,7 @@ def export(model, example_inputs, path: str, dynamic_shapes=None, example_kwargs
     with torch.no_grad():
         ep = torch.export.export(model, example_inputs, kwargs=example_kwargs, dynamic_shapes=dynamic_shapes,
                                  strict=strict)
+        keep_resizes_whole(ep.graph_module)  # (as the backend does: F.interpolate the engine runs whole)
         ep = ep.run_decompositions(decomposition_table())
         want = ep.module()(*example_inputs, **example_kwargs)
     kinds = {s.kind for s in ep.graph_signature.output_specs}

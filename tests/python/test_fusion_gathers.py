@@ -27,27 +27,32 @@ def run(fn, *inputs, gathers_fused=None):
     return got
 
 
-INTERP = [  # shape, kwargs
-    ((2, 3, 5, 7), dict(scale_factor=2, mode="bilinear", align_corners=False)),
-    ((2, 3, 5, 7), dict(size=(9, 4), mode="bilinear", align_corners=True)),
-    ((1, 4, 6, 6), dict(scale_factor=2, mode="bicubic", align_corners=False)),
-    ((1, 2, 3, 4, 5), dict(size=(5, 3, 7), mode="trilinear", align_corners=False)),
-    ((2, 3, 11), dict(scale_factor=1.5, mode="linear", align_corners=False)),
+# F.interpolate's 2-D modes run as one resize2d node (test_ops_vision.py); their decompositions,
+# called directly, are the 2-D gathers this pass fuses (as a hand-written interpolation makes them)
+_D = torch._decomp.decompositions
+INTERP = [  # shape, fn
+    ((2, 3, 5, 7), lambda x: _D.upsample_bilinear2d(x, [10, 14], False)),
+    ((2, 3, 5, 7), lambda x: _D.upsample_bilinear2d(x, [9, 4], True)),
+    ((1, 4, 6, 6), lambda x: _D.upsample_bicubic2d_default(x, [12, 12], False)),
+    ((1, 2, 3, 4, 5), lambda x: F.interpolate(x, size=(5, 3, 7), mode="trilinear", align_corners=False)),
+    ((2, 3, 11), lambda x: F.interpolate(x, scale_factor=1.5, mode="linear", align_corners=False)),
 ]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,kw", INTERP)
-def test_interpolate_gathers_fused(shape, kw, dtype):
+@pytest.mark.parametrize("shape,fn", INTERP)
+def test_interpolate_gathers_fused(shape, fn, dtype):
     torch.manual_seed(0)
-    run(lambda x: F.interpolate(x, **kw), torch.randn(*shape).to(dtype), gathers_fused=True)
+    run(fn, torch.randn(*shape).to(dtype), gathers_fused=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES + [torch.uint8])
 @pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(7, 3)), dict(scale_factor=2, mode="nearest-exact")])
 def test_nearest_separable_index(kw, dtype):
     x = torch.arange(2 * 3 * 5 * 4).reshape(2, 3, 5, 4).to(dtype)
-    run(lambda x: F.interpolate(x, **kw), x, gathers_fused=False)  # one gather, nothing to fuse into
+    run(lambda x: F.interpolate(x, **kw), x, gathers_fused=False)  # one resize2d node, no gather
+    x1 = torch.arange(2 * 3 * 5).reshape(2, 3, 5).to(dtype)  # 1-D nearest: one gather, nothing to fuse into
+    run(lambda x: F.interpolate(x, **kw if "size" not in kw else dict(size=7)), x1, gathers_fused=False)
 
 
 def test_separable_shapes():

@@ -5,7 +5,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import check
+import airgraph
+from conftest import check, compile_native
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -87,6 +88,83 @@ def test_interpolate_modules_and_noncontiguous():
     check(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False), x)
     check(nn.UpsamplingBilinear2d(scale_factor=2), r(1, 2, 3, 4))
     check(lambda x: F.interpolate(x, scale_factor=3, mode="nearest"), torch.randint(0, 255, (1, 2, 3, 4)).to(torch.uint8))
+
+
+RESIZE = [  # input shape, kwargs: every case runs as one resize2d node (upscale, downscale, odd sizes)
+    ((2, 3, 7, 9), dict(scale_factor=2, mode="bilinear")),
+    ((1, 4, 13, 11), dict(size=(5, 4), mode="bilinear")),
+    ((1, 4, 13, 11), dict(size=(5, 17), mode="bilinear", align_corners=True)),
+    ((1, 2, 6, 7), dict(scale_factor=(1.7, 0.6), mode="bilinear")),  # the scales, not in/out, set the coordinates
+    ((1, 2, 6, 7), dict(scale_factor=1.3, mode="bilinear", recompute_scale_factor=True)),
+    ((2, 3, 7, 9), dict(scale_factor=2, mode="nearest")),
+    ((1, 2, 6, 7), dict(scale_factor=(1.7, 0.6), mode="nearest")),
+    ((1, 2, 13, 11), dict(size=(5, 4), mode="nearest-exact")),
+    ((1, 2, 5, 7), dict(scale_factor=1.5, mode="nearest-exact")),
+    ((1, 2, 7, 9), dict(scale_factor=2, mode="bicubic")),
+    ((1, 2, 13, 11), dict(size=(6, 4), mode="bicubic", align_corners=True)),
+    ((1, 2, 5, 6), dict(scale_factor=(2.3, 1.6), mode="bicubic")),
+]
+
+
+def _resize_ops(graphs):
+    """(engine op, kernel) of every instruction of `graphs` (a symbolic graph's: of each size's program)."""
+    progs = [p for g in graphs for p in (g.programs.values() if hasattr(g, "programs") else [g])]
+    return [(op, k) for p in progs for _, op, k in p.exe.instructions()]
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,kw", RESIZE)
+def test_interpolate_runs_native_resize(shape, kw, dtype, channels_last, engine_graphs):
+    """F.interpolate's 2-D modes are one resize2d node (no gathers) and match eager, channels-last
+    inputs too."""
+    x = r(*shape, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    check(lambda x: F.interpolate(x, **kw), x)
+    ops = _resize_ops(engine_graphs)
+    assert [op for op, _ in ops] == ["resize2d"], ops
+
+
+def test_interpolate_native_dynamic_and_uint8(engine_graphs):
+    """Symbolic sizes (one trace, a program per size) and uint8 nearest run resize2d; float64
+    bilinear keeps the decomposed gathers (resize2d does not take it) and still matches."""
+    f = torch.compile(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), backend="airgraph", dynamic=True)
+    with torch.no_grad():
+        for shape in [(1, 3, 5, 7), (2, 3, 8, 6), (1, 1, 3, 11)]:
+            x = r(*shape)
+            torch.testing.assert_close(f(x), F.interpolate(x, scale_factor=2, mode="bilinear"))
+    assert {op for op, _ in _resize_ops(engine_graphs)} == {"resize2d"}
+    engine_graphs.clear()
+    u8 = torch.randint(0, 255, (1, 3, 7, 9), dtype=torch.uint8)
+    check(lambda x: F.interpolate(x, size=(11, 4), mode="nearest"), u8)
+    assert [op for op, _ in _resize_ops(engine_graphs)] == ["resize2d"]
+    engine_graphs.clear()
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), r(1, 2, 5, 6).double())
+    ops = [op for op, _ in _resize_ops(engine_graphs)]
+    assert "resize2d" not in ops and "index" in ops, ops
+
+
+def test_interpolate_ops_called_directly_and_exported(tmp_path, engine_graphs):
+    """The ATen overloads called by name: .default (a size and its own scales) decomposes into
+    gathers as before, .vec (what F.interpolate calls) runs resize2d; so does F.interpolate in an
+    exported program (torch.export's .vec)."""
+    x = r(2, 3, 5, 7)
+    check(lambda x: torch.ops.aten.upsample_bilinear2d.default(x, [9, 15], False, 1.9, 2.2), x)
+    assert "resize2d" not in {op for op, _ in _resize_ops(engine_graphs)}
+    engine_graphs.clear()
+    check(lambda x: torch.ops.aten.upsample_nearest2d.vec(x, None, [1.5, 2.5]), x)
+    assert [op for op, _ in _resize_ops(engine_graphs)] == ["resize2d"]
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+
+    path = str(tmp_path / "m.airgraph")
+    airgraph.export(M(), (x,), path)
+    loaded = airgraph.load(path)
+    torch.testing.assert_close(loaded(x), M()(x))
+    assert [op for _, op in loaded.graph.node_ops()] == ["resize2d"], loaded.graph.node_ops()
 
 
 # ----------------------------------------------------------------------------- group norm
