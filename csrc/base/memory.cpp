@@ -1,6 +1,9 @@
 #include "base/memory.h"
 
 #include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <string>
 
 #include "base/error.h"
 
@@ -13,5 +16,115 @@ std::shared_ptr<void> alloc_aligned(size_t bytes) {
   AG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
+
+namespace {
+
+constexpr size_t kCachedMin = size_t{1} << 20;  // smaller blocks: glibc's heap reuses them anyway
+
+struct OutputCache {
+  struct Block {
+    void* p;
+    size_t bytes;
+  };
+  std::mutex mu;
+  std::deque<Block> free;  // oldest first
+  size_t free_bytes = 0;
+  size_t limit = 0;
+  int64_t hits = 0, misses = 0;
+
+  OutputCache() {
+    const char* e = std::getenv("AIRGRAPH_OUTPUT_CACHE_MB");
+    long long mb = 512;
+    if (e != nullptr && *e != '\0') {
+      try {
+        mb = std::stoll(e);
+      } catch (const std::exception&) {
+        mb = 512;
+      }
+    }
+    limit = mb > 0 ? static_cast<size_t>(mb) << 20 : 0;
+  }
+
+  // A free block of [bytes, bytes + bytes / 4], the smallest (nullptr: none).
+  void* take(size_t bytes, size_t* got) {
+    std::lock_guard<std::mutex> lk(mu);
+    size_t best = free.size();
+    for (size_t i = 0; i < free.size(); ++i)
+      if (free[i].bytes >= bytes && free[i].bytes <= bytes + bytes / 4 &&
+          (best == free.size() || free[i].bytes < free[best].bytes))
+        best = i;
+    if (best == free.size()) {
+      ++misses;
+      return nullptr;
+    }
+    ++hits;
+    Block b = free[best];
+    free.erase(free.begin() + static_cast<std::ptrdiff_t>(best));
+    free_bytes -= b.bytes;
+    *got = b.bytes;
+    return b.p;
+  }
+
+  void give_back(void* p, size_t bytes) {
+    std::deque<Block> drop;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (bytes > limit) {
+        drop.push_back({p, bytes});
+      } else {
+        free.push_back({p, bytes});
+        free_bytes += bytes;
+        while (free_bytes > limit) {
+          drop.push_back(free.front());
+          free_bytes -= free.front().bytes;
+          free.pop_front();
+        }
+      }
+    }
+    for (const Block& b : drop) std::free(b.p);  // outside the lock
+  }
+
+  void release() {
+    std::deque<Block> drop;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      drop.swap(free);
+      free_bytes = 0;
+    }
+    for (const Block& b : drop) std::free(b.p);
+  }
+};
+
+// Never destroyed: outputs held by the caller may be let go during the process's exit.
+OutputCache& output_cache() {
+  static OutputCache* c = new OutputCache();
+  return *c;
+}
+
+}  // namespace
+
+std::shared_ptr<void> alloc_output(size_t bytes) {
+  OutputCache& c = output_cache();
+  size_t padded = ((bytes + 4095) / 4096) * 4096;
+  if (padded < kCachedMin || c.limit == 0) return alloc_aligned(bytes);
+  size_t got = 0;
+  void* p = c.take(padded, &got);
+  if (p == nullptr) {
+    p = std::aligned_alloc(4096, padded);
+    AG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
+    got = padded;
+  }
+  return std::shared_ptr<void>(p, [got](void* q) { output_cache().give_back(q, got); });
+}
+
+OutputCacheStats output_cache_stats() {
+  OutputCache& c = output_cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return OutputCacheStats{static_cast<int64_t>(c.free.size()), static_cast<int64_t>(c.free_bytes), c.hits, c.misses};
+}
+
+void release_output_cache() { output_cache().release(); }
+
+size_t output_cache_limit() { return output_cache().limit; }
 
 }  // namespace ag

@@ -28,6 +28,7 @@
 #include "kernels/onednn_util.h"
 #include "passes/passes.h"
 #include "base/background.h"
+#include "base/memory.h"
 #include "runtime/executor.h"
 #include "base/parallel.h"
 
@@ -683,6 +684,21 @@ NB_MODULE(_C, m) {
   m.def("num_threads", &num_threads);
   m.def("packed_weight_bytes", &dnnl_util::packed_weight_bytes);  // weights copied into kernels' layouts, live
   m.def("packed_weight_reuses", &dnnl_util::packed_weight_reuses);  // packed copies handed to another kernel
+  m.def("output_cache_stats", [] {  // free blocks kept for the next outputs (base/memory.h)
+    const OutputCacheStats s = output_cache_stats();
+    return std::map<std::string, int64_t>{{"free_blocks", s.free_blocks}, {"free_bytes", s.free_bytes},
+                                          {"hits", s.hits}, {"misses", s.misses},
+                                          {"limit_bytes", static_cast<int64_t>(output_cache_limit())}};
+  });
+  m.def("release_output_cache", &release_output_cache);
+  m.def("output_block", [](size_t nbytes) {  // a uint8 torch tensor of nbytes from the output cache
+    std::shared_ptr<void> block = alloc_output(nbytes);
+    void* data = block.get();
+    auto* owner = new BufferOwner{std::move(block)};
+    nb::capsule cap(owner, [](void* p) noexcept { delete static_cast<BufferOwner*>(p); });
+    const size_t shape[1] = {nbytes};
+    return nb::ndarray<nb::pytorch>(data, 1, shape, cap, nullptr, nb::dtype<uint8_t>(), nb::device::cpu::value).cast();
+  });
   m.def("pass_names", &pass_names);
   // What a compiled graph saved by this build means: every op's name, arity, properties, fused
   // instruction code and epilogue flag, and the passes. The compile cache keys on it, so an entry

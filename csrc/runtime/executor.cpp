@@ -384,7 +384,7 @@ std::vector<OutBuffer> Executor::run(const std::vector<void*>& inputs) {
   std::vector<void*> ext_ptrs;
   ext.reserve(P.external_bytes.size());
   for (size_t b : P.external_bytes) {
-    ext.push_back(aligned_buffer(b));
+    ext.push_back(alloc_output(b));
     ext_ptrs.push_back(ext.back().get());
   }
   run_into(inputs.data(), ext_ptrs.data());

@@ -26,8 +26,17 @@ def pass_names() -> list[str]:
     return list(_C.pass_names())
 
 
+def empty_cache() -> dict:
+    """Frees the blocks the engine keeps for the outputs of later calls (a graph's outputs of 1 MiB
+    and more are reused from a process-wide cache of at most AIRGRAPH_OUTPUT_CACHE_MB, default 512,
+    once the caller lets them go); returns the cache's counters as they were before."""
+    stats = dict(_C.output_cache_stats())
+    _C.release_output_cache()
+    return stats
+
+
 __all__ = ["CacheCompiled", "CompilerConfig", "EngineError", "ExplainReport", "LoadedModel", "airgraph_backend", "cache_compile", "cache_info",
-           "clear_cache", "explain", "export", "get_backend", "load", "ops", "pass_names", "set_dim_gears"]
+           "clear_cache", "empty_cache", "explain", "export", "get_backend", "load", "ops", "pass_names", "set_dim_gears"]
 
 
 def _register_name():

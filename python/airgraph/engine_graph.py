@@ -17,6 +17,7 @@ import operator
 
 import torch
 
+from ._core import C
 from .graph_types import DATA_PTR_FN, InputMismatch, Lowered
 from .lowering import torch_dtype
 
@@ -34,6 +35,22 @@ def _picker(positions):
     if len(pos) >= 2:
         return operator.itemgetter(*pos)
     return (lambda args: (args[pos[0]],)) if pos else (lambda args: ())
+
+
+# Outputs of this many bytes and more come from the engine's output cache (base/memory.h,
+# alloc_output): a block a previous call's output gave back, instead of fresh pages the kernel
+# must fault in and zero on every call (a 67 MB output: 16 k faults, 2x the kernel's own time).
+_CACHED_OUTPUT = 1 << 20
+
+
+def _new_root(shape, dtype) -> torch.Tensor:
+    """A contiguous tensor for an engine output: torch's allocator for small ones, the output cache
+    for large ones."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < _CACHED_OUTPUT:
+        return torch.empty(shape, dtype=dtype)
+    t = C.output_block(nbytes)
+    return (t if dtype == torch.uint8 else t.view(dtype)).view(shape)
 
 
 def _contiguous_strides(shape) -> tuple:
@@ -65,6 +82,7 @@ class EngineGraph:
         self._calls = itertools.count(1)  # (next() is atomic: concurrent calls each get their own number)
         self._plan_call()
         self._fast = self._plan_fast(writes) if watch is None else None
+        self._any_big = self._fast is not None and self._plan_big()
         self._guard = None  # the thin path's check of the inputs, made from the first call's
 
     @property
@@ -89,6 +107,11 @@ class EngineGraph:
             direct = users[root] == 1 and offset == 0 and nbytes == self.root_bytes[root]
             self.out_plan.append((root, offset, dtype, tuple(shape), direct))
         self._extra_outputs = len(self.out_plan) > self.num_outputs  # (values exposed for a data dump)
+
+    def _plan_big(self):
+        """Which of the thin path's roots come from the engine's output cache (_new_root)."""
+        self._fast_big = [math.prod(shape) * dtype.itemsize >= _CACHED_OUTPUT for shape, _, dtype in self._fast]
+        return any(self._fast_big)
 
     def _plan_fast(self, writes):
         """The thin call path, where it applies: every output a whole buffer of its own (or an input
@@ -119,7 +142,11 @@ class EngineGraph:
             # engine reads the data pointers itself
             ins = self._pick(args)
             if self._guard.check(*(ins if self._tensor_pick is None else self._tensor_pick(args))):
-                roots = [_empty_strided_cpu(shape, stride, dtype) for shape, stride, dtype in self._fast]
+                if self._any_big:
+                    roots = [_new_root(shape, dtype) if big else _empty_strided_cpu(shape, stride, dtype)
+                             for (shape, stride, dtype), big in zip(self._fast, self._fast_big)]
+                else:
+                    roots = [_empty_strided_cpu(shape, stride, dtype) for shape, stride, dtype in self._fast]
                 self.exe.run_tensors(ins, roots, self.threads or torch.get_num_threads(), DATA_PTR_FN,
                                      torch.Tensor)
                 next(self._calls)
@@ -150,12 +177,12 @@ class EngineGraph:
                 outs.append(ins[-1 - root])
                 continue
             if direct:
-                t = torch.empty(shape, dtype=dtype)
+                t = _new_root(shape, dtype)
                 roots[root] = t.data_ptr()
             else:
                 buf = bufs.get(root)
                 if buf is None:
-                    buf = bufs[root] = torch.empty(self.root_bytes[root], dtype=torch.uint8)
+                    buf = bufs[root] = _new_root((self.root_bytes[root],), torch.uint8)
                     roots[root] = buf.data_ptr()
                 n = math.prod(shape) * dtype.itemsize
                 t = buf[offset: offset + n].view(dtype).view(shape)
