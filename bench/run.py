@@ -1,6 +1,7 @@
 """The benchmark: every zoo model on every backend, side by side, in one run.
 
-    python bench/run.py                      # full configs, all models, all backends, generation (~80 min, 2 cores)
+    python bench/run.py                      # full configs, all models, all backends, generation (2 cores: ~80 min
+                                             # before batch 8 for every model and 32 for the CNNs; more now, not timed)
     python bench/run.py --models bert,gpt2 --backends eager,airgraph --runs 10   # to $TMPDIR/airgraph_bench
     python bench/run.py --tiny               # smoke run: MiniLM small, eager vs airgraph, 3 rounds, and the
                                              # small decoder's generation cells at batch 1 (~2-3 min)
