@@ -1,6 +1,7 @@
 """The benchmark: every zoo model on every backend, side by side, in one run.
 
-    python bench/run.py                      # full configs, all models, all backends, generation (~80 min, 2 cores)
+    python bench/run.py                      # full configs, all models, all backends, generation (2 cores: ~80 min
+                                             # before batch 8 for every model and 32 for the CNNs; more now, not timed)
     python bench/run.py --models bert,gpt2 --backends eager,airgraph --runs 10   # to $TMPDIR/airgraph_bench
     python bench/run.py --tiny               # smoke run: MiniLM small, eager vs airgraph, 3 rounds, and the
                                              # small decoder's generation cells at batch 1 (~2-3 min)
@@ -26,6 +27,26 @@ ranked only when the paired ratio is clear: the same one faster in enough rounds
 for a sign test at 5% and by at least RANK_MARGIN; otherwise the table says "tie".
 The CPU time other processes (and the hypervisor, as steal) took during the rounds
 is measured from /proc/stat; a cell where it exceeds LOADED is marked LOADED.
+
+Batches: 1 and 8 for every zoo model, and 32 for the CNNs (resnet50, mobilenetv2); --batches
+overrides them for all models.
+
+FLOPs, the roof and the heavy layers (issue 27): the latency process counts the FLOPs of one call
+once, on the eager model, with torch.utils.flop_counter.FlopCounterMode (matmuls, convolutions and
+attention; CPU attention is counted with torch's sdpa formula, which its table lacks): "GFLOP per
+call" in the ranking table, and a GFLOP/s column (FLOPs / median latency) per backend in the latency
+table, in brackets the share of the roof. The roof: the machine's measured f32 GEMM peak, once per
+run after the latency cells, in its own worker process with the same threads: square GEMMs of
+--peak-sizes (n x n x n, 2 n^3 FLOPs, best of PEAK_REPS calls each) through torch.mm (MKL / oneDNN)
+and through airgraph's linear (a bias-free nn.Linear compiled with backend airgraph); both are
+reported with the CPU's model name and ISA flags, and the larger is the roof. The heavy layers: for
+--heavy-models (default resnet50 and bert, of the measured models) at batch 8, one worker process
+each profiles airgraph (airgraph.debug.profile, --heavy-runs calls, weights packed while compiling)
+and sums the kernel time of the engine ops that do the counted FLOPs (conv, conv_transpose, linear,
+matmul, sdpa; their fused epilogues included): heavy-layer GFLOP/s = counted FLOPs / that time, its
+fraction of the roof, the heavy ops' share of airgraph's kernel time, and the same per class (conv,
+GEMM, attention). The Targets section evaluates "ResNet-50 and BERT b8 at >= 80% of the roof in
+their heavy layers" from that table. --no-peak skips the roof and the heavy layers (--tiny does).
 
 Cold compile and peak memory (one process per (model, batch, backend), as they
 need a fresh process): cold compile = the first call (Dynamo + backend; Inductor
@@ -78,7 +99,16 @@ from types import SimpleNamespace
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 BACKENDS = ["eager", "inductor", "airgraph", "openvino"]
-BATCH8 = {"bert", "vit", "resnet50", "mobilenetv2", "minilm"}  # encoders and CNNs
+DEFAULT_BATCHES = (1, 8)  # every zoo model
+BATCH32 = ("resnet50", "mobilenetv2")  # the CNNs add batch 32
+HEAVY_MODELS = "resnet50,bert"  # the heavy-layer table's models (at HEAVY_BATCH), of the measured ones
+HEAVY_BATCH = 8
+HEAVY_RUNS = 10  # profiled calls per heavy-layer cell
+HEAVY_TARGET = 0.80  # issue 27: ResNet-50 and BERT b8 reach 80% of the roof in their heavy layers
+# the engine ops whose kernels do the counted floating-point work (airgraph's profiler's `op` names)
+HEAVY_OPS = {"conv": "conv", "conv_transpose": "conv", "linear": "gemm", "matmul": "gemm", "sdpa": "attention"}
+PEAK_SIZES = "1024,2048,3072"  # square f32 GEMMs for the roof
+PEAK_REPS = 5  # timed calls per size and path (the best one counts)
 COLD_CALLS = 2  # calls after the first in a cold cell: enough for steady-state buffers in the peak RSS
 MAX_ROUNDS = 200
 RANK_MARGIN = 1.05  # a ranking needs at least a 5% median difference in the paired ratio
@@ -287,6 +317,11 @@ def latency_worker(model_name: str, batch: int, backends: list[str], size: str, 
     fns = {}
     with torch.no_grad():
         want = model(*args, **kwargs)
+        try:  # the FLOPs of one call (matmul, conv, attention), for the GFLOP/s columns
+            counted = count_flops(model, args, kwargs)
+            res["flops"], res["flops_by_class"] = counted["total"], counted["by_class"]
+        except Exception as e:
+            res["flops_error"] = _error(e)
         _warm_up_compilers(backends)
         for b in backends:
             if b in skip:  # failed in its cold cell already: do not pay for the same failure twice
@@ -455,6 +490,258 @@ def _run_json(cmd: list[str], timeout: int, env: dict | None = None) -> dict:
     if line:
         return json.loads(line[-1][7:])
     return dict(error=((p.stderr.strip().splitlines() or ["no output"])[-1])[:200])
+
+
+# --------------------------------------------------------------------------- FLOPs, the roof, heavy layers
+
+
+def _flop_class(op) -> str:
+    """conv, gemm or attention: the class of a counted ATen op (FlopCounterMode counts only these)."""
+    name = str(op)
+    if "conv" in name:
+        return "conv"
+    if "attention" in name:
+        return "attention"
+    return "gemm"  # mm, addmm, bmm, baddbmm, _scaled_mm
+
+
+def count_flops(model, args, kwargs) -> dict:
+    """Floating-point operations of one eager call, counted by torch.utils.flop_counter.FlopCounterMode:
+    matmuls (mm/addmm/bmm/baddbmm), convolutions and attention (on CPU, scaled_dot_product_attention
+    dispatches to _scaled_dot_product_flash_attention_for_cpu, which torch's table lacks: counted
+    here with torch's own sdpa formula). {"total": flops, "by_class": {conv|gemm|attention: flops}}."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+    def cpu_sdpa(q, k, v, *rest, out_shape=None, **kw):
+        return sdpa_flop_count(q, k, v)
+
+    mapping = {}
+    if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        mapping[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu] = cpu_sdpa
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=mapping) as fc:
+        model(*args, **kwargs)
+    by_class: dict[str, int] = {}
+    for op, n in fc.get_flop_counts().get("Global", {}).items():
+        by_class[_flop_class(op)] = by_class.get(_flop_class(op), 0) + int(n)
+    return dict(total=int(fc.get_total_flops()), by_class=by_class)
+
+
+def _gflops(flops, ms) -> float | None:
+    return flops / (ms * 1e6) if flops and ms and ms > 0 else None
+
+
+def _gf(x: float) -> str:
+    """A GFLOP/s or GFLOP figure for the tables: three significant digits at least, no exponent."""
+    return f"{x:.1f}" if x >= 100 else f"{x:.3g}" if x >= 0.001 else f"{x:.1e}"
+
+
+def peak_worker(sizes: list[int], reps: int = PEAK_REPS) -> dict:
+    """The roof: the best GFLOP/s of square f32 GEMMs (n x n times n x n, 2 n^3 FLOPs) with THREADS threads,
+    through torch.mm (MKL / oneDNN) and through airgraph's linear (torch.compile of a bias-free
+    nn.Linear with backend airgraph, its weight a constant; packed while compiling), best of `reps`
+    calls after a warm-up call, per size; the roof is the larger of the two paths' bests."""
+    torch = _setup_process()
+    import airgraph
+
+    rows = []
+    res = dict(sizes=sizes, reps=reps, threads=THREADS, rows=rows)
+    cfg = airgraph.CompilerConfig(background_packing=False, cache_dir="")
+
+    def best_ms(fn, x):
+        fn(x)
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn(x)
+            ts.append((time.perf_counter() - t0) * 1000)
+        return min(ts)
+
+    with torch.no_grad():
+        for n in sizes:
+            torch.manual_seed(0)
+            x, w = torch.randn(n, n), torch.randn(n, n)
+            flops = 2 * n ** 3
+            row = dict(n=n, torch_gflops=_gflops(flops, best_ms(lambda t: torch.mm(t, w), x)))
+            lin = torch.nn.Linear(n, n, bias=False)
+            try:
+                torch._dynamo.reset()
+                fn = torch.compile(lin, backend=airgraph.get_backend(cfg))
+                err = _max_diff(fn(x), lin(x)) / max(1e-30, lin(x).abs().max().item())
+                if err > 1e-3:
+                    raise RuntimeError(f"airgraph's linear differs from eager's by {err:.1e} (relative)")
+                row["airgraph_gflops"] = _gflops(flops, best_ms(fn, x))
+            except Exception as e:
+                row["airgraph_error"] = _error(e)
+            rows.append(row)
+    res["torch_gflops"] = max(r["torch_gflops"] for r in rows)
+    ag = [r["airgraph_gflops"] for r in rows if "airgraph_gflops" in r]
+    if ag:
+        res["airgraph_gflops"] = max(ag)
+    else:
+        res["airgraph_error"] = rows[-1]["airgraph_error"] if rows else "no size"
+    res["roof_gflops"] = max(res["torch_gflops"], res.get("airgraph_gflops", 0.0))
+    res["roof_by"] = "airgraph" if res.get("airgraph_gflops", 0.0) > res["torch_gflops"] else "torch.mm"
+    return res
+
+
+def heavy_worker(model_name: str, batch: int, size: str, runs: int) -> dict:
+    """Airgraph's time in the heavy layers of one (model, batch): the model's counted FLOPs (count_flops)
+    and the kernel time of the engine ops in HEAVY_OPS from airgraph's profiler (runs profiled calls
+    after the compile and a warm-up call; weights packed while compiling), per call."""
+    torch = _setup_process()
+    import airgraph
+    from airgraph import backend as ag_backend
+    from airgraph import zoo
+    from airgraph.debug.profile import profile
+
+    model, args, kwargs = zoo.build(model_name, size=size, batch=batch)
+    counted = count_flops(model, args, kwargs)
+    cfg = airgraph.CompilerConfig(background_packing=False, cache_dir="")
+    with ag_backend.collect_reports() as reports:
+        rep = profile(model, *args, runs=runs, config=cfg, **kwargs)
+    # what the profile does not see: ATen nodes PyTorch ran (fallback) and code between Dynamo graphs
+    fallback = [n.target for r in reports for n in r.nodes if not n.native]
+    us: dict[str, float] = {}
+    ops: dict[str, float] = {}
+    total_us = 0.0
+    for r in rep.rows:
+        total_us += r.total_us
+        ops[r.op] = ops.get(r.op, 0.0) + r.total_us / runs
+        cls = HEAVY_OPS.get(r.op)
+        if cls:
+            us[cls] = us.get(cls, 0.0) + r.total_us / runs
+    return dict(model=model_name, batch=batch, size=size, runs=runs, flops=counted["total"],
+                flops_by_class=counted["by_class"], heavy_us=sum(us.values()), heavy_us_by_class=us,
+                kernel_us=total_us / runs, op_us=ops, graphs=len(reports), fallback_nodes=len(fallback),
+                fallback_targets=sorted(set(fallback))[:20])
+
+
+def measure_peak(a) -> dict:
+    """The roof, in its own worker process (see peak_worker)."""
+    t0 = time.perf_counter()
+    with _LoadMeter(children=True) as meter:
+        r = _run_json([sys.executable, os.path.abspath(__file__), "--peak-worker", a.peak_sizes], a.timeout,
+                      dict(os.environ, AIRGRAPH_CACHE_DIR=""))
+    r.update(other_load=meter.other, steal=meter.stolen)
+    print("  roof: " + (r["error"] if "error" in r else
+          f"torch.mm {r['torch_gflops']:.1f} GFLOP/s, airgraph's linear "
+          + (f"{r['airgraph_gflops']:.1f}" if "airgraph_gflops" in r else r["airgraph_error"])
+          + f" GFLOP/s (n = {a.peak_sizes})") + f" ({time.perf_counter() - t0:.0f} s)"
+          + (" (LOADED)" if _loaded(r) else ""), flush=True)
+    return r
+
+
+def measure_heavy(models: list[str], a, roof: float | None) -> list[dict]:
+    """The heavy-layer cells: airgraph at HEAVY_BATCH on each model, each in its own worker process."""
+    rows = []
+    for m in models:
+        t0 = time.perf_counter()
+        with _LoadMeter(children=True) as meter:
+            r = _run_json([sys.executable, os.path.abspath(__file__), "--heavy-worker", m, str(HEAVY_BATCH),
+                           "--size", a.size, "--heavy-runs", str(a.heavy_runs)], a.timeout)
+        r.update(model=m, batch=HEAVY_BATCH, other_load=meter.other, steal=meter.stolen)
+        r = heavy_figures(r, roof)
+        rows.append(r)
+        print(f"  heavy layers {m} b{HEAVY_BATCH}: " + (r["error"] if "error" in r else
+              f"{r['gflops']:.1f} GFLOP/s" + (f", {r['fraction']:.0%} of the roof" if "fraction" in r else "")
+              + f", {r['heavy_share']:.0%} of the kernel time") + f" ({time.perf_counter() - t0:.0f} s)"
+              + (" (LOADED)" if _loaded(r) else ""), flush=True)
+    return rows
+
+
+def heavy_figures(r: dict, roof: float | None) -> dict:
+    """A heavy worker's result with its figures: heavy-layer GFLOP/s (counted FLOPs over the heavy kernels'
+    time), the fraction of the roof, the heavy kernels' share of airgraph's kernel time, and per class."""
+    if "error" in r or not r.get("heavy_us"):
+        return dict(r, error=r.get("error", "no heavy op in the profile"))
+    r = dict(r)
+    r["gflops"] = r["flops"] / (r["heavy_us"] * 1e3)
+    r["heavy_share"] = r["heavy_us"] / r["kernel_us"] if r["kernel_us"] else float("nan")
+    r["gflops_by_class"] = {c: r["flops_by_class"][c] / (t * 1e3) for c, t in r["heavy_us_by_class"].items()
+                            if t > 0 and r["flops_by_class"].get(c)}
+    if roof:
+        r["roof_gflops"] = roof
+        r["fraction"] = r["gflops"] / roof
+    return r
+
+
+def _roof_lines(peak: dict, cpu: dict) -> list[str]:
+    isa = [x for x in ("avx2", "avx512f", "amx_tile") if x in cpu["isa"]]
+    isa = ", ".join(isa) or "none of avx2, avx512f, amx_tile"
+    head = (f"**Roof** (the machine's measured f32 GEMM peak; {cpu['name']}, ISA: {isa}; "
+            f"{peak.get('threads', THREADS)} threads): ")
+    if "error" in peak:
+        return ["", head + _cell_error(peak["error"], 200)]
+    ld = (f" Other load {peak['other_load']:.0%}, steal {peak['steal']:.0%}{' LOADED' if _loaded(peak) else ''}."
+          if "other_load" in peak else "")
+    ag = f"{peak['airgraph_gflops']:.1f}" if "airgraph_gflops" in peak else _cell_error(peak["airgraph_error"])
+    per = "; ".join(f"{r['n']}: {r['torch_gflops']:.1f} / "
+                    + (f"{r['airgraph_gflops']:.1f}" if "airgraph_gflops" in r else "error") for r in peak["rows"])
+    return ["", head + f"**{peak['roof_gflops']:.1f} GFLOP/s** ({peak['roof_by']}). Square GEMMs n x n x n "
+            f"(n = {', '.join(str(r['n']) for r in peak['rows'])}; 2 n^3 FLOPs), best of {peak['reps']} calls per "
+            f"size, in its own process: torch.mm (MKL / oneDNN) {peak['torch_gflops']:.1f} GFLOP/s, airgraph's linear "
+            f"(a bias-free nn.Linear compiled with backend airgraph) {ag} GFLOP/s; per n, torch.mm / airgraph: "
+            f"{per}. The roof is the larger of the two.{ld}"]
+
+
+def _heavy_lines(heavy: list[dict], peak: dict | None) -> list[str]:
+    roof = (peak or {}).get("roof_gflops")
+    lines = ["", f"**Heavy layers**: airgraph's kernel time in the layers that do the counted FLOPs (engine ops "
+             f"{', '.join(sorted(HEAVY_OPS))}; their fused epilogues included), from airgraph's profiler "
+             "(airgraph.debug.profile: compile with the weights packed, a warm-up call, then "
+             f"{heavy[0].get('runs', '?') if heavy else '?'} profiled calls), each (model, batch) in its own "
+             "process. GFLOP/s: the FLOPs FlopCounterMode counts in one eager call (matmul, conv, attention) over "
+             "that time; of roof: over the roof above; share: the heavy ops' part of airgraph's kernel time (the "
+             "rest: elementwise, norms, pooling, copies). Per class: conv, GEMM (linear and matmul) and attention "
+             "(sdpa) each over its own kernels' time. Graphs, fallback: the Dynamo graphs and the ATen nodes "
+             "PyTorch ran instead of the engine (their time is not in the profile: with more than one graph or any "
+             "fallback node a heavy op's FLOPs may be counted without its time).", "",
+             "| model | batch | GFLOP per call | heavy ms per call | heavy GFLOP/s | of roof | share of kernel time "
+             "| per class GFLOP/s (of roof) | graphs, fallback nodes |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in heavy:
+        name = r["model"] + (" (LOADED)" if _loaded(r) else "")
+        if "error" in r:
+            lines.append(f"| {name} | {r['batch']} | {_cell_error(r['error'])} | | | | | | |")
+            continue
+        frac = f"{r['fraction']:.0%}" if "fraction" in r else ""
+        per = ", ".join(f"{c} {_gf(g)}" + (f" ({g / roof:.0%})" if roof else "")
+                        for c, g in sorted(r["gflops_by_class"].items()))
+        lines.append(f"| {name} | {r['batch']} | {_gf(r['flops'] / 1e9)} | {_ms(r['heavy_us'] / 1000)} | "
+                     f"{_gf(r['gflops'])} | {frac} | {r['heavy_share']:.0%} | {per} | {r.get('graphs', '?')}, "
+                     f"{r.get('fallback_nodes', '?')} |")
+    return lines
+
+
+def _heavy_targets(heavy: list[dict] | None, peak: dict | None) -> list[dict]:
+    """Issue 27: ResNet-50 and BERT base at batch 8 reach HEAVY_TARGET of the roof in their heavy layers."""
+    if heavy is None:
+        return []
+    sizes = sorted({r["size"] for r in heavy if "size" in r})
+    text = (f"ResNet-50 and BERT b8: >= {HEAVY_TARGET:.0%} of peak in heavy layers (airgraph's heavy-layer GFLOP/s / "
+            f"roof{'; ' + ', '.join(sizes) + ' configs' if sizes else ''})")
+    figures, problems, ok = [], [], True
+    seen = set()
+    for r in heavy:
+        if r["model"] not in ("resnet50", "bert") or r["batch"] != 8:
+            continue
+        seen.add(r["model"])
+        if "error" in r:
+            problems.append(f"{r['model']} b8 {r['error'][:80]}")
+        elif "fraction" not in r:
+            problems.append(f"{r['model']} b8 no roof ({(peak or {}).get('error', 'not measured')[:80]})")
+        else:
+            ok &= r["fraction"] >= HEAVY_TARGET and r.get("graphs", 1) == 1 and not r.get("fallback_nodes")
+            if r.get("graphs", 1) != 1 or r.get("fallback_nodes"):
+                problems.append(f"{r['model']} b8 {r['graphs']} graphs, {r['fallback_nodes']} fallback nodes")
+            figures.append(f"{r['model']} b8 {r['fraction']:.0%} ({r['gflops']:.1f} / {r['roof_gflops']:.1f} GFLOP/s"
+                           f"{', LOADED' if _loaded(r) else ''})")
+    for m in ("resnet50", "bert"):
+        if m not in seen and (figures or problems):
+            problems.append(f"{m} b8 not measured")
+    if figures and peak and _loaded(peak):
+        problems.append("the roof measured while LOADED")
+    return [_target_row(text, figures, problems, ok, "neither resnet50 nor bert measured at batch 8")]
 
 
 # --------------------------------------------------------------------------- micro-benchmarks
@@ -1050,12 +1337,17 @@ def bench_cell(m: str, batch: int, backends: list[str], a, cache_root: str) -> d
     cell = dict(model=m, batch=batch, rounds=lat.get("rounds", 0), measure_s=lat.get("measure_s", 0.0),
                 other_load=lat.get("other_load", float("nan")), steal=lat.get("steal", float("nan")),
                 times_ms=lat.get("times_ms", {}), backends={})
+    for k in ("flops", "flops_by_class", "flops_error"):
+        if k in lat:
+            cell[k] = lat[k]
     times = cell["times_ms"]
     eager = times.get("eager")
     for b in backends:
         c, row = cold.get(b, {}), {}
         if b in times and times[b]:
             row.update(summarize(times[b]))
+            if cell.get("flops"):
+                row["gflops"] = _gflops(cell["flops"], row["median_ms"])
             if eager:
                 row["vs_eager"] = paired(eager, times[b])
             row["max_diff"] = lat["max_diff"].get(b)
@@ -1087,7 +1379,8 @@ def main():
                     help=f"keep adding rounds until this much measuring time has passed (at most {MAX_ROUNDS} rounds)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up rounds, not measured")
     ap.add_argument("--size", default="full", choices=("small", "full"))
-    ap.add_argument("--batches", default="", help="comma-separated batch sizes (default: 1, and 8 for encoders/CNNs)")
+    ap.add_argument("--batches", default="",
+                    help=f"comma-separated batch sizes (default: 1 and 8, and 32 for {' and '.join(BATCH32)})")
     ap.add_argument("--out", default="", help="where latest.{md,json,png} go (default: bench/results for the "
                                               "whole benchmark, $TMPDIR/airgraph_bench for a narrowed run)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per worker process")
@@ -1113,25 +1406,34 @@ def main():
                     help="fresh processes per figure of the first-call section (the median one is reported)")
     ap.add_argument("--first-call-models", default="",
                     help="comma-separated zoo models for the first-call section (default: the --models list, or all)")
+    ap.add_argument("--heavy-models", default=HEAVY_MODELS,
+                    help=f"comma-separated zoo models, of the measured ones, whose heavy-layer share of the roof is "
+                         f"profiled (airgraph, batch {HEAVY_BATCH}); '' for none (default: {HEAVY_MODELS})")
+    ap.add_argument("--heavy-runs", type=int, default=HEAVY_RUNS, help="profiled calls per heavy-layer cell")
+    ap.add_argument("--peak-sizes", default=PEAK_SIZES,
+                    help="comma-separated n of the square GEMMs that measure the roof (the machine's f32 peak)")
+    ap.add_argument("--no-peak", action="store_true", help="skip the roof (the GEMM peak) and the heavy-layer table")
     ap.add_argument("--tiny", action="store_true",
                     help="a smoke run for tests (about three minutes): --size small --models minilm --batches 1 "
                          "--backends eager,airgraph --runs 3 --warmup 1 --min-seconds 0 --generation-models small "
-                         "--generation-new 16 --generation-repeats 3 --first-call-models resnet50 --no-micro "
-                         "(flags given explicitly still apply)")
+                         "--generation-new 16 --generation-repeats 3 --first-call-models resnet50 --heavy-models '' "
+                         "--no-micro --no-peak (flags given explicitly still apply)")
     ap.add_argument("--worker", nargs=3, metavar=("MODEL", "BACKEND", "BATCH"), help=argparse.SUPPRESS)
     ap.add_argument("--latency-worker", nargs=3, metavar=("MODEL", "BATCH", "BACKENDS"), help=argparse.SUPPRESS)
     ap.add_argument("--skip", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--chain-worker", nargs=5, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--first-call-worker", nargs=3, metavar=("MODE", "MODEL", "FOLDER"), help=argparse.SUPPRESS)
     ap.add_argument("--overhead-worker", metavar="FOLDER", help=argparse.SUPPRESS)
+    ap.add_argument("--peak-worker", metavar="SIZES", help=argparse.SUPPRESS)
+    ap.add_argument("--heavy-worker", nargs=2, metavar=("MODEL", "BATCH"), help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     if "--tiny" in argv:
         given = {x.split("=")[0] for x in argv}
         defaults = [("--size", "small"), ("--models", "minilm"), ("--batches", "1"), ("--backends", "eager,airgraph"),
                     ("--runs", "3"), ("--warmup", "1"), ("--min-seconds", "0"), ("--generation-models", "small"),
                     ("--generation-new", "16"), ("--generation-repeats", "3"),
-                    ("--first-call-models", "resnet50")]
-        argv = [t for k, v in defaults if k not in given for t in (k, v)] + argv + ["--no-micro"]
+                    ("--first-call-models", "resnet50"), ("--heavy-models", "")]
+        argv = [t for k, v in defaults if k not in given for t in (k, v)] + argv + ["--no-micro", "--no-peak"]
     a = ap.parse_args(argv)
     if a.generation_only and (a.no_generation or a.micro_only):
         ap.error("--generation-only excludes --no-generation and --micro-only")
@@ -1153,6 +1455,12 @@ def main():
     if a.overhead_worker:
         print("RESULT " + json.dumps(overhead_worker(a.overhead_worker)))
         return
+    if a.peak_worker:
+        print("RESULT " + json.dumps(peak_worker([int(n) for n in a.peak_worker.split(",") if n])))
+        return
+    if a.heavy_worker:
+        print("RESULT " + json.dumps(heavy_worker(a.heavy_worker[0], int(a.heavy_worker[1]), a.size, a.heavy_runs)))
+        return
     if a.worker:
         print("RESULT " + json.dumps(cold_worker(a.worker[0], a.worker[1], int(a.worker[2]), a.size)))
         return
@@ -1167,7 +1475,8 @@ def main():
              and not a.micro_only and not a.no_micro and not a.no_generation and not a.generation_only
              and not a.generation_models and a.generation_new == GEN_NEW and a.generation_repeats == GEN_REPEATS
              and not a.no_first_call and not a.first_call_only and not a.first_call_models
-             and a.first_call_repeats == 1)
+             and a.first_call_repeats == 1 and a.heavy_models == HEAVY_MODELS and a.heavy_runs == HEAVY_RUNS
+             and a.peak_sizes == PEAK_SIZES and not a.no_peak)
     out = a.out or (RESULTS if whole else os.path.join(tempfile.gettempdir(), "airgraph_bench"))
     os.makedirs(out, exist_ok=True)
     models, first_models = [], []
@@ -1182,6 +1491,11 @@ def main():
                 ap.error(f"--first-call-models: unknown {', '.join(bad)} (choose from {', '.join(zoo.names())})")
         if a.first_call_only:
             models = []
+        bad = [m for m in a.heavy_models.split(",") if m and m not in zoo.names()]
+        if bad:
+            ap.error(f"--heavy-models: unknown {', '.join(bad)} (choose from {', '.join(zoo.names())})")
+    if a.heavy_runs < 1:
+        ap.error("--heavy-runs needs at least 1")
     gen_models = [] if a.micro_only or a.no_generation or a.first_call_only else [
         m for m in (a.generation_models or GEN_MODELS).split(",") if m]
     backends = a.backends.split(",")
@@ -1195,17 +1509,30 @@ def main():
     cache_root = tempfile.mkdtemp(prefix="airgraph_bench_cache_")
     try:
         for m in models:
-            batches = [int(x) for x in a.batches.split(",") if x] or ([1, 8] if m in BATCH8 else [1])
+            batches = [int(x) for x in a.batches.split(",") if x] or default_batches(m)
             for batch in batches:
                 cells.append(bench_cell(m, batch, backends, a, cache_root))
     finally:
         shutil.rmtree(cache_root, ignore_errors=True)
+    # the roof and the heavy layers: after the latency cells, each in its own worker process
+    peak, heavy = None, None
+    if models and not a.no_peak:
+        peak = measure_peak(a)
+        heavy_models = [m for m in a.heavy_models.split(",") if m in models]
+        if heavy_models and "airgraph" in backends:
+            heavy = measure_heavy(heavy_models, a, peak.get("roof_gflops"))
     first = first_calls(first_models, a) if first_models else None
     gen = generation(gen_models, backends, a) if gen_models else None
     micro_rows, fusion_rows, eng = [], [], {}
     if "airgraph" in backends and not a.no_micro and not a.generation_only and not a.first_call_only:
         micro_rows, fusion_rows, eng = micro(), fusion(), engine_overhead()
-    write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run, gen, first)
+    write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, time.perf_counter() - t_run, gen, first,
+                  peak, heavy)
+
+
+def default_batches(model: str) -> list[int]:
+    """The batches a zoo model is measured at without --batches: 1 and 8, and 32 for the CNNs."""
+    return list(DEFAULT_BATCHES) + ([32] if model in BATCH32 else [])
 
 
 def _loaded(cell) -> bool:
@@ -1220,8 +1547,11 @@ def _ms(x: float) -> str:
     return f"{x:.1f}" if x >= 100 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
-def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, gen=None, first=None):
+def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, gen=None, first=None, peak=None,
+                  heavy=None):
     import torch
+
+    roof = (peak or {}).get("roof_gflops")
 
     rounds = sorted({c["rounds"] for c in cells})
     no = ", ".join(f"no {x}" for x in cpu["missing"])
@@ -1233,6 +1563,8 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
         f"{' (' + no + ')' if no else ''}; torch {torch.__version__}; {THREADS} threads; {a.size} configs"
         f"{f'; OPENBLAS_CORETYPE={kernels}' if kernels else ''}; whole run {elapsed_s / 60:.1f} min.",
     ]
+    if peak:
+        lines += _roof_lines(peak, cpu)
     zoo_lines = [
         "",
         "**Latency**, all backends in one process per (model, batch) on one model instance, measured in "
@@ -1241,16 +1573,19 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
         f"{', '.join(map(str, rounds)) or '0'} rounds here). Median, p25-p75, min-max and a 95% interval of "
         "the median (order statistics). vs eager: median of the per-round ratios eager/backend (p25-p75). "
         "vs inductor: the same, Inductor/airgraph; a backend is called faster or slower only when a sign test "
-        f"over the rounds gives p < 0.05 and the median ratio is at least {RANK_MARGIN:.2f}x, otherwise 'tie'.",
+        f"over the rounds gives p < 0.05 and the median ratio is at least {RANK_MARGIN:.2f}x, otherwise 'tie'. "
+        "GFLOP/s: the FLOPs of one call (matmul, conv and attention, counted once per (model, batch) by "
+        "torch's FlopCounterMode on the eager model; per call in the ranking table) over the median"
+        + (", in brackets the share of the roof." if roof else "."),
         "",
-        "| model | batch | backend | median ms | p25-p75 ms | min-max ms | 95% CI ms | vs eager (p25-p75) "
-        "| vs inductor | max diff |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | batch | backend | median ms | p25-p75 ms | min-max ms | 95% CI ms | GFLOP/s" + (" (of roof)" if roof else "")
+        + " | vs eager (p25-p75) | vs inductor | max diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         for b, r in c["backends"].items():
             if "median_ms" not in r:
-                zoo_lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r['error']} | | | | | | |")
+                zoo_lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r['error']} | | | | | | | |")
                 continue
             ve = r.get("vs_eager")
             vs_e = "" if not ve else "1.00x" if b == "eager" else f"{ve['ratio']:.2f}x ({ve['p25']:.2f}-{ve['p75']:.2f})"
@@ -1258,19 +1593,22 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
             if b == "airgraph" and "airgraph_vs_inductor" in c:
                 p = c["airgraph_vs_inductor"]
                 vs_i = f"{p['ratio']:.2f}x {_verdict(p)} ({p['wins']}/{p['n']} rounds faster)"
+            gf = r.get("gflops")
+            gf = "" if not gf else _gf(gf) + (f" ({gf / roof:.0%})" if roof else "")
             zoo_lines.append(
                 f"| {c['model']} | {c['batch']} | {b} | {_ms(r['median_ms'])} | {_ms(r['p25_ms'])}-{_ms(r['p75_ms'])} "
-                f"| {_ms(r['min_ms'])}-{_ms(r['max_ms'])} | {_ms(r['ci95_ms'][0])}-{_ms(r['ci95_ms'][1])} | {vs_e} "
-                f"| {vs_i} | {r['max_diff']:.1e} |")
+                f"| {_ms(r['min_ms'])}-{_ms(r['max_ms'])} | {_ms(r['ci95_ms'][0])}-{_ms(r['ci95_ms'][1])} | {gf} "
+                f"| {vs_e} | {vs_i} | {r['max_diff']:.1e} |")
     zoo_lines += ["", "**Ranking** per (model, batch), fastest first: `<` a clear difference (as above), `~` a tie. "
                   "Other load: CPU time of other processes and the hypervisor's steal time while the rounds ran, as a "
                   f"share of the machine; above {LOADED:.0%} the cell is marked LOADED (with 2 threads on 2 cores, "
                   "OpenMP's barriers wait for descheduled threads: such a cell measures contention, not speed).", "",
-              "| model | batch | rounds | other load, steal | ranking |", "|---|---|---|---|---|"]
+              "| model | batch | rounds | other load, steal | ranking | GFLOP per call |", "|---|---|---|---|---|---|"]
     for c in cells:
         load = f"{c.get('other_load', float('nan')):.0%}, {c.get('steal', float('nan')):.0%}"
+        gflop = _gf(c["flops"] / 1e9) if c.get("flops") else _cell_error(c["flops_error"]) if "flops_error" in c else ""
         zoo_lines.append(f"| {c['model']} | {c['batch']} | {c['rounds']} | {load}{' LOADED' if _loaded(c) else ''} | "
-                     f"{c['ranking'] or 'no backend measured'} |")
+                     f"{c['ranking'] or 'no backend measured'} | {gflop} |")
     zoo_lines += [
         "",
         "**Compile and memory**, each (model, batch, backend) in its own process. Cold compile: the first call "
@@ -1298,11 +1636,14 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
                          f"{r['peak_rss_mb']:.0f} |")
     if cells:
         lines += zoo_lines
+    if heavy:
+        lines += _heavy_lines(heavy, peak)
     if first:
         lines += _first_call_lines(first)
     if gen:
         lines += _generation_lines(gen)
-    targets, gen_targets = _targets(cells, gen, first)
+    heavy_targets = _heavy_targets(heavy, peak)
+    targets, gen_targets = _targets(cells, gen, first, heavy_targets)
     lines += targets
     if micro_rows:
         n0, n1 = micro_rows[0]["nodes"]
@@ -1331,7 +1672,9 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
     with open(os.path.join(out, "latest.json"), "w") as f:
         json.dump(dict(machine=dict(cpu, torch=torch.__version__, threads=THREADS, size=a.size),
                        settings=dict(runs=a.runs, warmup=a.warmup, min_seconds=a.min_seconds, rank_margin=RANK_MARGIN),
-                       elapsed_s=elapsed_s, cells=cells, micro=micro_rows, fusion=fusion_rows, engine=eng,
+                       elapsed_s=elapsed_s, cells=cells, peak=peak,
+                       heavy=dict(rows=heavy, targets=heavy_targets) if heavy is not None else None,
+                       micro=micro_rows, fusion=fusion_rows, engine=eng,
                        generation=dict(gen, targets=gen_targets) if gen else None, first_call=first), f, indent=1)
     _chart(cells, out)
     print(f"wrote {os.path.join(out, 'latest.md')}, latest.json{', latest.png' if cells else ''} ({elapsed_s:.0f} s)")
@@ -1457,7 +1800,7 @@ def _generation_targets(gen: dict | None) -> list[dict]:
     return out
 
 
-def _targets(cells, gen=None, first=None) -> tuple[list[str], list[dict]]:
+def _targets(cells, gen=None, first=None, heavy_targets=None) -> tuple[list[str], list[dict]]:
     """The Targets section's lines, and the generation targets as dicts (for latest.json)."""
     summary = []
     pairs = [c for c in cells if "airgraph_vs_inductor" in c]
@@ -1501,6 +1844,8 @@ def _targets(cells, gen=None, first=None) -> tuple[list[str], list[dict]]:
                        f"{', '.join(r['model'] for r in first['rows'])}):")
         for t in first["targets"]:
             summary.append(f"  - {t['target']}: **{t['status']}**" + (f": {t['detail']}" if t["detail"] else ""))
+    for t in heavy_targets or []:
+        summary.append(f"- {t['target']}: **{t['status']}**" + (f": {t['detail']}" if t["detail"] else ""))
     gen_targets = _generation_targets(gen)
     if gen_targets:
         summary.append(f"- generation (medians of {gen['repeats']} generate() calls per figure, one process per cell, "
