@@ -450,3 +450,16 @@ def test_export_example_and_cli_commands():
         assert "median" in outs[1] and (ROOT / "export_demo" / "out0.npy").exists(), outs[1]
     finally:
         shutil.rmtree(ROOT / "export_demo", ignore_errors=True)
+
+
+def test_gemm_benchmark_small():
+    # bench/gemm.py (README "Benchmarks") on one shape and two row counts: every backend's result is
+    # checked against F.linear inside, and each row reports a GFLOP/s figure per backend
+    out = _ok(_python(["bench/gemm.py", "--shapes", "256x512", "--m", "8,64", "--rounds", "2",
+                       "--min-seconds", "0"], timeout=300))
+    rows = [l for l in out.splitlines() if l.startswith("| 256 x 512 |")]
+    assert len(rows) == 2, out
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert all(float(c) > 0 for c in cells[2:]), r
+    assert "| mkl | onednn | inductor | airgraph |" in out, out
