@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import check, compile_native
+from conftest import assert_close, check, compile_native
 
 DTYPES = [torch.float32, torch.bfloat16]
 aten = torch.ops.aten
@@ -66,6 +66,39 @@ def test_sdpa_bool_mask_with_fully_masked_row(dtype):
     got = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                 r(2, 4, 5, 8, dtype=dtype), r(2, 4, 7, 8, dtype=dtype), r(2, 4, 7, 8, dtype=dtype), m)
     assert (got[:, :, 2] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("S", [8, 21, 40])
+def test_sdpa_masks_over_vector_widths(dtype, S):
+    """Key counts past the eight-lane score loop (8, a tail of 5, a tail of 0): additive masks with
+    -inf and a fully masked row, bool masks with a row that sees no key, no mask, and a NaN query
+    (its row NaN, the other rows as eager's)."""
+    torch.manual_seed(1)
+    q, k, v = r(2, 3, 6, 8, dtype=dtype), r(2, 3, S, 8, dtype=dtype), r(2, 3, S, 8, dtype=dtype)
+    fm = r(2, 3, 6, S, dtype=dtype)
+    fm[0, 1, 2, ::3] = float("-inf")
+    fm[1, 0, 4] = float("-inf")  # every key masked: 0 out, as eager
+    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, fm)
+    bm = torch.rand(6, S) > 0.3
+    bm[3] = False
+    got = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, bm)
+    assert (got[:, :, 3] == 0).all()
+    # a NaN query: its row is NaN, never mistaken for a fully masked row (0). (Eager's own CPU
+    # kernel is no reference here: it gives 0 for up to 8 keys and NaN beyond.)
+    qn = q.clone()
+    qn[1, 2, 0, 0] = float("nan")
+    with torch.no_grad():
+        got = torch.compile(sdpa, backend="airgraph")(qn, k, v)
+    assert got[1, 2, 0].isnan().all(), got[1, 2, 0]
+    want = sdpa(q, k, v)
+    got[1, 2, 0] = want[1, 2, 0]
+    assert_close(got, want, msg="sdpa with a NaN query, other rows")
+    # the same in a decode step whose keys are split across threads (the partials' combine)
+    qd, kd, vd = r(1, 1, 1, 8, dtype=dtype), r(1, 1, 3000, 8, dtype=dtype), r(1, 1, 3000, 8, dtype=dtype)
+    qd[0, 0, 0, 3] = float("nan")
+    with torch.no_grad():
+        assert torch.compile(sdpa, backend="airgraph")(qd, kd, vd).isnan().all()
 
 
 def test_sdpa_noncontiguous_and_permute_inside():
