@@ -3,6 +3,9 @@
 // offset for regions that are contiguous in memory. Everything else (permute,
 // expand, slice, select, flip, repeat) is one generic strided copy
 // (kernels/strided_copy.h) whose plan is built when the kernel is made.
+#include <algorithm>
+#include <cstring>
+
 #include "kernels/common.h"
 #include "kernels/strided_copy.h"
 
@@ -68,9 +71,37 @@ std::vector<TensorType> infer_permute(const std::vector<TensorType>& in, const A
   return {t};
 }
 
+// Channels-last (OpDef::channels_last): NCHW -> NHWC of a channels-last input, and NHWC -> NCHW
+// written channels-last, are the input's bytes as they are (ConvNeXt's permutes around its
+// row-wise LayerNorm and MLP): the plan keeps a depthwise convolution's result NHWC for the first,
+// and the copy is a plain one.
+const Shape kToNhwc{0, 2, 3, 1}, kToNchw{0, 3, 1, 2};
+
+bool permute_channels_last(const Node& n, int i) {
+  if (n.inputs[0]->type.rank() != 4) return false;
+  const Shape p = perm_of(n.attrs, 4, "permute");
+  return (i == 0 && p == kToNhwc) || (i == kWritesChannelsLast && p == kToNchw);
+}
+
 std::unique_ptr<Kernel> make_permute(const Node& n, const BuildCtx& ctx) {
   const auto& it = n.inputs[0]->type;
   Shape p = perm_of(n.attrs, it.rank(), "permute");
+  const bool in_nhwc = ctx.nhwc(n.inputs[0]->id), out_nhwc = ctx.nhwc(n.out()->id);
+  if (in_nhwc || out_nhwc) {
+    AG_CHECK(it.rank() == 4 && p == (in_nhwc ? kToNhwc : kToNchw) && !(in_nhwc && out_nhwc), "permute: node ",
+             n.context(), ": a channels-last input or result needs dims ", shape_str(in_nhwc ? kToNhwc : kToNchw));
+    const size_t bytes = static_cast<size_t>(it.numel()) * dtype_size(it.dtype);
+    return make_fn_kernel(in_nhwc ? "permute_nhwc_in_copy" : "permute_nhwc_out_copy",
+                          [bytes](void* const* in, void* const* out) {
+                            constexpr size_t kChunk = size_t{1} << 18;
+                            const int64_t chunks = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);
+                            parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+                              const size_t lo = static_cast<size_t>(b) * kChunk;
+                              const size_t hi = std::min(bytes, static_cast<size_t>(e) * kChunk);
+                              std::memcpy(static_cast<char*>(out[0]) + lo, static_cast<const char*>(in[0]) + lo, hi - lo);
+                            });
+                          });
+  }
   Shape is = contiguous_strides(it.shape()), out = n.out()->type.shape();
   Shape ss(p.size());
   for (size_t i = 0; i < p.size(); ++i) ss[i] = is[p[i]];
@@ -320,7 +351,7 @@ AG_REGISTER_OP(reshape, {.name = "reshape", .min_inputs = 1, .max_inputs = 1, .i
 AG_REGISTER_OP(clone, {.name = "clone", .min_inputs = 1, .max_inputs = 1, .infer = infer_same,
                        .make_kernel = make_clone, .props = kNoProps});
 AG_REGISTER_OP(permute, {.name = "permute", .min_inputs = 1, .max_inputs = 1, .infer = infer_permute,
-                         .make_kernel = make_permute});
+                         .make_kernel = make_permute, .channels_last = permute_channels_last});
 AG_REGISTER_OP(expand, {.name = "expand", .min_inputs = 1, .max_inputs = 1, .infer = infer_expand,
                         .make_kernel = make_expand});
 AG_REGISTER_OP(slice, {.name = "slice", .min_inputs = 1, .max_inputs = 1, .infer = infer_slice,

@@ -343,6 +343,41 @@ TEST_P(ConvChainChannelsLast, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(MatmulOps, ConvChainChannelsLast, ::testing::Values(DType::f32, DType::bf16));
 
+// ConvNeXt's block in a channels-last plan: depthwise conv 3x3 -> permute to [N, H, W, C] (reads the
+// conv's NHWC result: a plain copy) -> a per-channel scale (row-major, C last) -> permute back to
+// [N, C, H, W] (written channels-last: a plain copy) -> 1x1 conv reading it NHWC. Against the naive
+// reference; the layouts show in the kernel names.
+TEST(MatmulOps, PermutesAroundARowWiseBlockStayChannelsLast) {
+  const int64_t N = 2, C = 8, H = 5, W = 6, O = 4;
+  auto x = randn(N * C * H * W, 60), wd = randn(C * 9, 61), s = randn(C, 62), w2 = randn(O * C, 63);
+  test::OpCase c;
+  c.args = {{TensorType(DType::f32, {N, C, H, W}), x.data()},
+            {TensorType(DType::f32, {C, 1, 3, 3}), wd.data(), true},
+            {TensorType(DType::f32, {C}), s.data(), true},
+            {TensorType(DType::f32, {O, C, 1, 1}), w2.data(), true}};
+  auto conv = [](int64_t pad, int64_t groups) {
+    return attrs({{"stride", Shape{1, 1}}, {"padding", Shape{pad, pad}}, {"dilation", Shape{1, 1}}, {"groups", groups}});
+  };
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* a = g.add_node("conv", {in[0], in[1]}, conv(1, C), "dw")->out();
+    a = g.add_node("permute", {a}, attrs({{"dims", Shape{0, 2, 3, 1}}}), "to_nhwc")->out();
+    a = g.add_node("mul", {a, in[2]}, {}, "scale")->out();
+    a = g.add_node("permute", {a}, attrs({{"dims", Shape{0, 3, 1, 2}}}), "to_nchw")->out();
+    return std::vector<Value*>{g.add_node("conv", {a, in[3]}, conv(0, 1), "pw")->out()};
+  };
+  auto a = conv2d_ref(x, wd, nullptr, N, C, H, W, C, 3, 3, 1, 1, 1, C, 1, H, W);
+  for (int64_t i = 0; i < N * C * H * W; ++i) a[i] *= s[i / (H * W) % C];
+  c.want = test::want_values(conv2d_ref(a, w2, nullptr, N, C, H, W, O, 1, 1, 1, 0, 1, 1, 0, H, W));
+  c.tol = test::Tol{1e-4, 1e-4};
+  auto r = test::check_op(c);
+  std::string all;
+  for (const auto& k : r.got.kernels) all += k + "\n";
+  EXPECT_NE(all.find("permute_nhwc_in_copy"), std::string::npos) << all;
+  EXPECT_NE(all.find("permute_nhwc_out_copy"), std::string::npos) << all;
+  EXPECT_NE(r.got.kernels.front().find("nhwc_out"), std::string::npos) << all;
+  EXPECT_NE(r.got.kernels.back().find("nhwc_in"), std::string::npos) << all;
+}
+
 // Pools in a channels-last chain: conv -> max_pool2d 3x3/2 pad 1 (channels-last in and out) ->
 // conv -> global average pool (channels-last in, [N, C, 1, 1] out), with a NaN in the input that
 // must come out of the max pool as it does in PyTorch. Against the naive reference, 1 and 2 threads.
