@@ -759,4 +759,5 @@ NB_MODULE(_C, m) {
       },
       nb::arg("data"), nb::arg("resolve") = nb::none());
   m.def("sdpa_kv_split_runs", &sdpa_kv_split_runs);  // tests: attention runs that split the keys
+  m.def("sdpa_keys_skipped", &sdpa_keys_skipped);  // tests: keys a bool mask let the row kernel skip
 }

@@ -70,6 +70,7 @@ std::vector<TensorType> infer_sdpa(const std::vector<TensorType>& in, const Attr
 constexpr int64_t kScoreBudget = int64_t(1) << 22;  // floats (16 MiB) of scores per chunk
 constexpr int64_t kFewRows = 4;  // query rows per key head up to which the row kernel runs
 std::atomic<int64_t> g_split_runs{0};  // sdpa_kv_split_runs()
+std::atomic<int64_t> g_keys_skipped{0};  // sdpa_keys_skipped()
 
 using dnnl_util::Exec;
 
@@ -345,7 +346,7 @@ class SdpaKernel final : public Kernel {
   template <typename M>
   void run_rows(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scratch) const {
     const int64_t rows = B_ * H_ * L_, pw = Ev_ + 2;
-    const int64_t ns = sdpa_kv_splits(rows, num_threads(), S_), span = (S_ + ns - 1) / ns;
+    const int64_t ns = sdpa_kv_splits(rows, num_threads(), S_);
     // more threads than slots (than the machine's processors) may need more
     // partials than the scratch holds: those, like their score rows, go on the heap
     std::vector<float> heap;
@@ -369,7 +370,25 @@ class SdpaKernel final : public Kernel {
       for (int64_t w = wb; w < we; ++w) {
         const int64_t r = w / ns, c = w % ns, i = r % L_, b = r / L_ / H_, h = r / L_ % H_;
         const int64_t lim = causal_ ? std::min(S_, i + 1) : S_;
-        const int64_t j0 = std::min(lim, c * span), j1 = std::min(lim, j0 + span);
+        // A masked row reads only its keys from the first kept to the last kept (dropped: false in a
+        // bool mask, -inf in an additive one, as torch makes a bool mask): a static KV cache sized
+        // for the longest generation, a batch of sequences of their own lengths (left padding)
+        // attend over what they hold. A dropped key adds nothing; only a NaN or inf in such a
+        // key's K would (NaN + -inf is NaN in eager), and it is never read.
+        int64_t lo = 0, hi = lim;
+        if (mask) {
+          const M* m0 = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2];
+          const int64_t ms = mstr_[3];
+          auto dropped = [&](int64_t j) {
+            if constexpr (std::is_same_v<M, bool>) return !m0[j * ms];
+            else return static_cast<float>(load(m0[j * ms])) == -std::numeric_limits<float>::infinity();
+          };
+          while (hi > 0 && dropped(hi - 1)) --hi;
+          while (lo < hi && dropped(lo)) ++lo;
+          if (c == 0 && hi - lo < lim) g_keys_skipped.fetch_add(lim - (hi - lo), std::memory_order_relaxed);
+        }
+        const int64_t sp = (hi - lo + ns - 1) / ns;
+        const int64_t j0 = std::min(hi, lo + c * sp), j1 = std::min(hi, j0 + sp);
         const M* mrow = nullptr;
         if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] + j0 * mstr_[3];
         const int64_t kh = b * Hk_ + h / G_;
@@ -432,6 +451,8 @@ int64_t sdpa_kv_splits(int64_t rows, int nt, int64_t S) {
 }
 
 int64_t sdpa_kv_split_runs() { return g_split_runs.load(std::memory_order_relaxed); }
+
+int64_t sdpa_keys_skipped() { return g_keys_skipped.load(std::memory_order_relaxed); }
 
 AG_REGISTER_OP(sdpa, {.name = "sdpa", .min_inputs = 3, .max_inputs = 4, .infer = infer_sdpa,
                       .make_kernel = make_sdpa, .props = kNoProps});

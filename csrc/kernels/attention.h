@@ -18,4 +18,8 @@ int64_t sdpa_kv_splits(int64_t rows, int nt, int64_t S);
 // How many runs took the split path so far (process-wide; tests read it).
 int64_t sdpa_kv_split_runs();
 
+// Keys the row kernel did not read because the mask drops them (false, or -inf) before a row's
+// first kept key or after its last (process-wide; tests read it).
+int64_t sdpa_keys_skipped();
+
 }  // namespace ag
