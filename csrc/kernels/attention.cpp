@@ -232,13 +232,13 @@ class SdpaKernel final : public Kernel {
     int64_t j = 0;
     __m256 vmx = _mm256_set1_ps(ninf), vnan = _mm256_setzero_ps();
     const __m256 vsc = _mm256_set1_ps(sc);
+    auto put = [&](int64_t at, __m256 v) {  // p[at..at+8) <- v; the max and the NaN flag take it in
+      _mm256_storeu_ps(p + at, v);
+      vmx = _mm256_max_ps(v, vmx);  // (max_ps gives its second operand when either is NaN)
+      vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    };
     if (mrow == nullptr) {
-      for (; j + 8 <= n; j += 8) {
-        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p + j), vsc);
-        _mm256_storeu_ps(p + j, v);
-        vmx = _mm256_max_ps(v, vmx);  // (max_ps gives its second operand when either is NaN)
-        vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-      }
+      for (; j + 8 <= n; j += 8) put(j, _mm256_mul_ps(_mm256_loadu_ps(p + j), vsc));
     } else if constexpr (std::is_same_v<M, bool>) {
       if (ms == 1) {
         const __m256 vninf = _mm256_set1_ps(ninf);
@@ -247,20 +247,12 @@ class SdpaKernel final : public Kernel {
           std::memcpy(&bytes, mrow + j, 8);
           const __m256i keep = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));  // 0: key dropped
           const __m256 drop = _mm256_castsi256_ps(_mm256_cmpeq_epi32(keep, _mm256_setzero_si256()));
-          const __m256 v = _mm256_blendv_ps(_mm256_mul_ps(_mm256_loadu_ps(p + j), vsc), vninf, drop);
-          _mm256_storeu_ps(p + j, v);
-          vmx = _mm256_max_ps(v, vmx);
-          vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+          put(j, _mm256_blendv_ps(_mm256_mul_ps(_mm256_loadu_ps(p + j), vsc), vninf, drop));
         }
       }
     } else if constexpr (std::is_same_v<M, float>) {
       if (ms == 1)
-        for (; j + 8 <= n; j += 8) {
-          const __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(p + j), vsc, _mm256_loadu_ps(mrow + j));
-          _mm256_storeu_ps(p + j, v);
-          vmx = _mm256_max_ps(v, vmx);
-          vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        }
+        for (; j + 8 <= n; j += 8) put(j, _mm256_fmadd_ps(_mm256_loadu_ps(p + j), vsc, _mm256_loadu_ps(mrow + j)));
     }
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, vmx);
@@ -376,8 +368,8 @@ class SdpaKernel final : public Kernel {
         // attend over what they hold. A dropped key adds nothing; only a NaN or inf in such a
         // key's K would (NaN + -inf is NaN in eager), and it is never read.
         int64_t lo = 0, hi = lim;
-        if (mask) {
-          const M* m0 = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2];
+        const M* m0 = mask ? mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] : nullptr;  // the row's mask
+        if (m0) {
           const int64_t ms = mstr_[3];
           auto dropped = [&](int64_t j) {
             if constexpr (std::is_same_v<M, bool>) return !m0[j * ms];
@@ -389,8 +381,7 @@ class SdpaKernel final : public Kernel {
         }
         const int64_t sp = (hi - lo + ns - 1) / ns;
         const int64_t j0 = std::min(hi, lo + c * sp), j1 = std::min(hi, j0 + sp);
-        const M* mrow = nullptr;
-        if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] + j0 * mstr_[3];
+        const M* mrow = m0 ? m0 + j0 * mstr_[3] : nullptr;
         const int64_t kh = b * Hk_ + h / G_;
         float *orow = O + r * Ev_, *part = parts + w * pw;
         const auto [m, l] =
