@@ -60,3 +60,28 @@ def test_an_output_viewed_by_another_keeps_its_block():
         assert c.data_ptr() != b.data_ptr()
         torch.testing.assert_close(b, (x * 3.0).t())
         torch.testing.assert_close(c, (x + 1) * 3.0)
+
+
+def test_large_outputs_from_a_thread_pool():
+    # a server's threads calling one compiled graph at once: each call's 4 MiB output is its own
+    # block (none handed to two calls), and every result is its input's
+    from concurrent.futures import ThreadPoolExecutor
+
+    compiled = torch.compile(lambda x: torch.relu(x) * 2.0, backend="airgraph")
+    xs = [torch.randn(1024, 1024) for _ in range(8)]
+    with torch.no_grad():
+        compiled(xs[0])
+
+        def call(i):
+            with torch.no_grad():
+                outs = [compiled(xs[i]) for _ in range(4)]
+            return i, outs
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(call, range(8)))
+    live = set()
+    for i, outs in results:
+        for o in outs:
+            assert torch.equal(o, torch.relu(xs[i]) * 2.0)
+            live.add(o.data_ptr())
+    assert len(live) == 32, "two live outputs share a block"

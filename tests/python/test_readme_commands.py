@@ -96,6 +96,33 @@ print("OK")
     assert _ok(_python([s])).strip().endswith("OK")
 
 
+def test_interpolate_by_name_in_a_fresh_process(tmp_path):
+    # F.interpolate in a model compiled by name, airgraph never imported: the custom op the backend
+    # rewrites it into (airgraph::interpolate2d) is registered by the time Dynamo hands the graph over
+    s = _script(tmp_path, "interp_by_name.py", """
+import sys
+import torch
+import torch.nn.functional as F
+
+class Up(torch.nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=2, mode="bilinear") + F.interpolate(x, size=(9, 5), mode="nearest").sum()
+
+x = torch.randn(2, 3, 7, 6)
+want = Up()(x)
+assert "airgraph" not in sys.modules
+with torch.no_grad():
+    got = torch.compile(Up(), backend="airgraph")(x)
+torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+import airgraph  # (now: inspect what ran)
+rep = airgraph.explain(Up(), x)
+targets = [n.target for n in rep.nodes]
+assert rep.fallback_nodes == 0 and sum("interpolate2d" in t for t in targets) == 2, targets
+print("OK")
+""")
+    assert _ok(_python([s])).strip().endswith("OK")
+
+
 def test_backend_by_name_with_options_in_a_fresh_process(tmp_path):
     # options={...} reach airgraph's CompilerConfig: a graph dump appears where dump_dir says, without the
     # disabled pass; an unknown option is refused by name (not silently ignored).
