@@ -71,6 +71,12 @@ def run_cell(k: int, n: int, m: int, rounds: int, min_seconds: float) -> dict:
     return {name: flops / statistics.median(ts) / 1e9 for name, ts in times.items()}
 
 
+def _gflops(v: float) -> str:
+    # whole numbers at the rates the table is about; two decimals below 10 GFLOP/s (a tiny shape on a loaded
+    # machine) so that a slow cell reads as slow, never as 0
+    return f"{v:.0f}" if v >= 10 else f"{v:.2f}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=",".join(SHAPES), help="KxN weight shapes")
@@ -92,7 +98,7 @@ def main():
                 print("| K x N | M | " + " | ".join(head) + " | airgraph / best other |")
                 print("|---|---|" + "---|" * (len(head) + 1))
             best = max(v for name, v in g.items() if name != "airgraph")
-            print(f"| {k} x {n} | {m} | " + " | ".join(f"{g[h]:.0f}" for h in head) +
+            print(f"| {k} x {n} | {m} | " + " | ".join(_gflops(g[h]) for h in head) +
                   f" | {g['airgraph'] / best:.2f} |", flush=True)
             torch._dynamo.reset()
 
