@@ -26,11 +26,18 @@
 // the thread count and S): each (row, range) item leaves its max, its sum of
 // exponentials and its unnormalized weighted sum in the run's scratch, and a
 // combine pass rescales them to the row's overall max (log-sum-exp) and divides.
+//
+// A mask that drops keys at either end of the rows (a static KV cache filled up
+// to the current position, left padding) shortens the keys read: the row kernel
+// reads a row's keys from its first kept to its last, the GEMM path a chunk's
+// union of those ranges (kept_keys; sdpa_keys_skipped counts the keys not read).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <immintrin.h>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include "kernels/attention.h"
@@ -69,6 +76,10 @@ std::vector<TensorType> infer_sdpa(const std::vector<TensorType>& in, const Attr
 
 constexpr int64_t kScoreBudget = int64_t(1) << 22;  // floats (16 MiB) of scores per chunk
 constexpr int64_t kFewRows = 4;  // query rows per key head up to which the row kernel runs
+// GEMM path: the most keys of S a chunk's GEMMs read as a range; a chunk whose rows keep a wider
+// range reads all S keys (a range nearly as wide saves little, and the ranged GEMMs cost a little
+// more per run: their memory objects are made per run)
+constexpr int64_t max_trim_width(int64_t S) { return S * 3 / 4; }
 std::atomic<int64_t> g_split_runs{0};  // sdpa_kv_split_runs()
 std::atomic<int64_t> g_keys_skipped{0};  // sdpa_keys_skipped()
 
@@ -95,9 +106,11 @@ class SdpaKernel final : public Kernel {
     gemm_ = B_ * H_ * L_ * Ev_ > 0 && S_ > 0 && E_ > 0 && per_head <= kScoreBudget && G_ * L_ > kFewRows;
     if (gemm_) {
       chunk_ = std::max<int64_t>(1, std::min(B_ * Hk_, kScoreBudget / per_head));
-      make_gemms(chunk_, full_);
       const int64_t rest = (B_ * Hk_) % chunk_;
-      if (rest) make_gemms(rest, rest_);
+      for (int trim = 0; trim < (has_mask_ ? 2 : 1); ++trim) {
+        make_gemms(chunk_, trim, gemms_[0][trim]);
+        if (rest) make_gemms(rest, trim, gemms_[1][trim]);
+      }
     }
     slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads(), 1});
     // row kernel: a score row per thread slot, then the split partials for up
@@ -109,8 +122,10 @@ class SdpaKernel final : public Kernel {
     const int64_t nq = B_ * H_ * L_ * E_, nk = B_ * Hk_ * S_ * E_, nv = B_ * Hk_ * S_ * Ev_, no = B_ * H_ * L_ * Ev_;
     const size_t floats = n_scores_ + (t_ == DType::f32 ? 0 : static_cast<size_t>(nq + nk + nv + no));
     floats_off_ = scratch_.add(floats * sizeof(float));
-    pad_off_ = scratch_.add(std::max({full_.qk.scratch_bytes, full_.pv.scratch_bytes, rest_.qk.scratch_bytes,
-                                      rest_.pv.scratch_bytes}));
+    size_t pad = 0;
+    for (const auto& gs : gemms_)
+      for (const Gemms& g : gs) pad = std::max({pad, g.qk.scratch_bytes, g.pv.scratch_bytes});
+    pad_off_ = scratch_.add(pad);
   }
 
   // scores (and the f32 copies of 16-bit inputs), then the GEMMs' scratchpad
@@ -118,8 +133,9 @@ class SdpaKernel final : public Kernel {
   std::unique_ptr<KernelState> make_state() const override {
     if (!gemm_) return nullptr;
     auto st = std::make_unique<State>();
-    st->full = {full_.qk.make_args(), full_.pv.make_args()};
-    if (rest_.qk.prim) st->rest = {rest_.qk.make_args(), rest_.pv.make_args()};
+    for (int r = 0; r < 2; ++r)
+      for (int t = 0; t < 2; ++t)
+        if (gemms_[r][t].qk.prim) st->args[r][t] = {gemms_[r][t].qk.make_args(), gemms_[r][t].pv.make_args()};
     return st;
   }
 
@@ -167,54 +183,173 @@ class SdpaKernel final : public Kernel {
     dnnl_util::Args qk, pv;
   };
   struct State : KernelState {
-    GemmArgs full, rest;
+    GemmArgs args[2][2];  // as gemms_
   };
 
-  // The two GEMMs for `nb` (batch, key head) pairs: scores = q k^T, out = p v.
-  void make_gemms(int64_t nb, Gemms& g) {
+  // The two GEMMs for `nb` (batch, key head) pairs: scores = q k^T, out = p v; over all S keys, or
+  // (trim) over a key count given per run (a range [lo, hi) of the keys: k, scores and v keep the
+  // strides of all S keys, their pointers move to key lo). The ranged pair uses oneDNN's runtime
+  // dimensions: one primitive for every range, built with the kernel, no lock, no cache. The
+  // alternatives: primitives per width (rounded up to 64) would be built while running, under a
+  // lock (run() is const and shared by threads), for a range that grows by a key every decode
+  // step; a hand-written kernel for few rows would be one more GEMM to keep fast. The cost is the
+  // memory objects of k, scores and v, made per run (under 2 us); oneDNN runs gemm:jit for it,
+  // what it picks at a fixed decode-sized width too. Qwen2-0.5B's decode step (7 query rows per
+  // key head, 100 of 4096 cache slots filled) took 13 us instead of 150 us reading all the slots
+  // (2 threads); the row kernel, 14 query rows against 100 keys each, takes about as long (12 us),
+  // and 3 times as long against 1000.
+  void make_gemms(int64_t nb, bool trim, Gemms& g) {
     using dims = dnnl::memory::dims;
-    using tag = dnnl::memory::format_tag;
     const auto f = dnnl::memory::data_type::f32;
-    const int64_t M = G_ * L_;
-    dnnl::memory::desc q_md(dims{nb, M, E_}, f, tag::abc);
-    dnnl::memory::desc kt_md(dims{nb, E_, S_}, f, dims{S_ * E_, 1, E_});  // k^T without a copy
-    dnnl::memory::desc s_md(dims{nb, M, S_}, f, tag::abc);
-    dnnl::memory::desc v_md(dims{nb, S_, Ev_}, f, tag::abc);
-    dnnl::memory::desc o_md(dims{nb, M, Ev_}, f, tag::abc);
+    const int64_t M = G_ * L_, n = trim ? DNNL_RUNTIME_DIM_VAL : S_;
+    dnnl::memory::desc q_md(dims{nb, M, E_}, f, dims{M * E_, E_, 1});
+    dnnl::memory::desc kt_md(dims{nb, E_, n}, f, dims{S_ * E_, 1, E_});  // k^T without a copy
+    dnnl::memory::desc s_md(dims{nb, M, n}, f, dims{M * S_, S_, 1});
+    dnnl::memory::desc v_md(dims{nb, n, Ev_}, f, dims{S_ * Ev_, Ev_, 1});
+    dnnl::memory::desc o_md(dims{nb, M, Ev_}, f, dims{M * Ev_, Ev_, 1});
     auto attr = dnnl_util::default_attr();
     dnnl::matmul::primitive_desc qk(dnnl_util::engine(), q_md, kt_md, s_md, attr);
     dnnl::matmul::primitive_desc pv(dnnl_util::engine(), s_md, v_md, o_md, attr);
     g.qk.init(dnnl::matmul(qk), qk.scratchpad_desc());
-    g.qk.bind(DNNL_ARG_SRC, q_md), g.qk.bind(DNNL_ARG_WEIGHTS, kt_md), g.qk.bind(DNNL_ARG_DST, s_md);
     g.pv.init(dnnl::matmul(pv), pv.scratchpad_desc());
-    g.pv.bind(DNNL_ARG_SRC, s_md), g.pv.bind(DNNL_ARG_WEIGHTS, v_md), g.pv.bind(DNNL_ARG_DST, o_md);
+    g.qk.bind(DNNL_ARG_SRC, q_md), g.pv.bind(DNNL_ARG_DST, o_md);
+    if (trim) return;  // the rest are made per run (ranged_args)
+    g.qk.bind(DNNL_ARG_WEIGHTS, kt_md), g.qk.bind(DNNL_ARG_DST, s_md);
+    g.pv.bind(DNNL_ARG_SRC, s_md), g.pv.bind(DNNL_ARG_WEIGHTS, v_md);
   }
 
+  // The ranged pair's per-run arguments for `nb` pairs and keys [lo, lo + w): k from Kc + lo * E,
+  // the scores' w columns, v from Vc + lo * Ev (Kc, Vc: the chunk's first key head).
+  void ranged_args(GemmArgs& a, int64_t nb, int64_t lo, int64_t w, const float* Kc, const float* Vc,
+                   float* scores) const {
+    using dims = dnnl::memory::dims;
+    const auto f = dnnl::memory::data_type::f32;
+    const int64_t M = G_ * L_;
+    auto mem = [&](dims d, dims st, const float* p) {
+      return dnnl::memory(dnnl::memory::desc(d, f, st), dnnl_util::engine(), const_cast<float*>(p));
+    };
+    dnnl::memory s = mem({nb, M, w}, {M * S_, S_, 1}, scores);
+    a.qk.m.insert_or_assign(DNNL_ARG_WEIGHTS, mem({nb, E_, w}, {S_ * E_, 1, E_}, Kc + lo * E_));
+    a.qk.m.insert_or_assign(DNNL_ARG_DST, s);
+    a.pv.m.insert_or_assign(DNNL_ARG_SRC, s);
+    a.pv.m.insert_or_assign(DNNL_ARG_WEIGHTS, mem({nb, w, Ev_}, {S_ * Ev_, Ev_, 1}, Vc + lo * Ev_));
+  }
+
+  // Whether the 32 keys from p are all dropped, for a contiguous bool or float32 mask row.
+  template <typename M>
+  static bool dropped32(const M* p) {
+    if constexpr (std::is_same_v<M, bool>) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      return _mm256_testz_si256(v, v);
+    } else {
+      const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+      __m256 all = _mm256_cmp_ps(_mm256_loadu_ps(p), ninf, _CMP_EQ_OQ);
+      for (int k = 8; k < 32; k += 8) all = _mm256_and_ps(all, _mm256_cmp_ps(_mm256_loadu_ps(p + k), ninf, _CMP_EQ_OQ));
+      return _mm256_movemask_ps(all) == 0xff;
+    }
+  }
+
+  // A masked row's keys among [0, lim) from its first kept key to its last, [lo, hi) (dropped: false
+  // in a bool mask, -inf in an additive one, as torch makes a bool mask; m0: the row's mask at key
+  // 0); lo == hi when it keeps none. Given `known` = [klo, khi) (nonempty: the union of other rows'
+  // ranges), the scans stop at it: the result is exact only where it reaches past `known`, all
+  // that widening the union needs.
+  template <typename M>
+  std::pair<int64_t, int64_t> kept_keys(const M* m0, int64_t lim, int64_t klo = 0, int64_t khi = 0) const {
+    const int64_t ms = mstr_[3];
+    auto dropped = [&](int64_t j) {
+      if constexpr (std::is_same_v<M, bool>) return !m0[j * ms];
+      else return static_cast<float>(load(m0[j * ms])) == -std::numeric_limits<float>::infinity();
+    };
+    constexpr bool vec = std::is_same_v<M, bool> || std::is_same_v<M, float>;  // 32 keys a test
+    int64_t hi = lim;
+    if constexpr (vec)
+      if (ms == 1)
+        while (hi - 32 >= khi && dropped32(m0 + hi - 32)) hi -= 32;
+    while (hi > khi && dropped(hi - 1)) --hi;
+    const int64_t stop = klo < khi ? std::min(hi, klo) : hi;
+    int64_t lo = 0;
+    if constexpr (vec)
+      if (ms == 1)
+        while (lo + 32 <= stop && dropped32(m0 + lo)) lo += 32;
+    while (lo < stop && dropped(lo)) ++lo;
+    return {lo, hi};
+  }
+
+  // The keys [lo, hi) that the rows of (batch, key head) pairs [c0, c0 + nb) keep: the union of
+  // their kept_keys (lo == hi: every row keeps none), or [0, S) as soon as it is wider than
+  // max_trim_width (not worth a narrower GEMM). Rows sharing a mask row are scanned once: heads
+  // (and batches) the mask broadcasts over, and a row broadcast over queries is scanned for the
+  // last query, whose causal bound is the widest.
+  template <typename M>
+  std::pair<int64_t, int64_t> chunk_keys(const M* mask, int64_t c0, int64_t nb) const {
+    int64_t lo = 0, hi = 0;
+    const int64_t ng = mstr_[1] == 0 ? 1 : G_, ni = mstr_[2] == 0 ? 1 : L_;
+    for (int64_t p = c0; p < c0 + nb; ++p) {
+      const int64_t b = p / Hk_;
+      if (p > c0 && mstr_[1] == 0 && (mstr_[0] == 0 || (p - 1) / Hk_ == b)) continue;  // pair p - 1's rows
+      for (int64_t g = 0; g < ng; ++g)
+        for (int64_t ii = 0; ii < ni; ++ii) {
+          const int64_t i = ni == 1 ? L_ - 1 : ii, h = p % Hk_ * G_ + g;
+          const auto [l, r] = kept_keys(mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2],
+                                        causal_ ? std::min(S_, i + 1) : S_, lo, hi);
+          if (l >= r) continue;
+          if (lo == hi) lo = l, hi = r;
+          else lo = std::min(lo, l), hi = std::max(hi, r);
+          if (hi - lo > max_trim_width(S_)) return {0, S_};
+        }
+    }
+    return {lo, hi};
+  }
+
+  // GEMM path, per chunk of (batch, key head) pairs. With a mask, the GEMMs read only the keys
+  // [lo, hi) the chunk's rows keep (chunk_keys), when that is at most max_trim_width of them: a decode
+  // step over a static KV cache reads the filled slots, not the whole cache. Keys outside the range
+  // are dropped for every row of the chunk, so each row's softmax is the same over the range (the
+  // mask read from key lo, the causal bound moved by lo); a row that keeps none gives 0 either
+  // way, and a chunk whose rows keep none runs no GEMM.
   template <typename M>
   void run_gemm(const float* Q, const float* K, const float* V, const M* mask, float* O, float* scores, State& st,
                 void* pad) const {
     const int64_t total = B_ * Hk_, rows = G_ * L_;
     for (int64_t c0 = 0; c0 < total; c0 += chunk_) {
       const int64_t nb = std::min(chunk_, total - c0);
-      const Gemms& g = nb == chunk_ ? full_ : rest_;
-      GemmArgs& a = nb == chunk_ ? st.full : st.rest;
+      const int rest = nb == chunk_ ? 0 : 1;
+      int64_t lo = 0, hi = S_;
+      if (mask) std::tie(lo, hi) = chunk_keys(mask, c0, nb);
+      const int64_t w = hi - lo;
+      const bool trim = w < S_;  // (chunk_keys gives all S keys, or at most max_trim_width)
+      if (trim) g_keys_skipped.fetch_add(nb * rows * (S_ - w), std::memory_order_relaxed);
+      float* Oc = O + c0 * rows * Ev_;
+      if (w == 0) {  // every row fully masked: 0
+        std::fill(Oc, Oc + nb * rows * Ev_, 0.f);
+        continue;
+      }
+      const Gemms& g = gemms_[rest][trim];
+      GemmArgs& a = st.args[rest][trim];
+      const float *Kc = K + c0 * S_ * E_, *Vc = V + c0 * S_ * Ev_;
+      if (trim) {
+        ranged_args(a, nb, lo, w, Kc, Vc, scores);
+      } else {
+        a.qk.set(DNNL_ARG_WEIGHTS, const_cast<float*>(Kc));
+        a.qk.set(DNNL_ARG_DST, scores);
+        a.pv.set(DNNL_ARG_SRC, scores);
+        a.pv.set(DNNL_ARG_WEIGHTS, const_cast<float*>(Vc));
+      }
       a.qk.set(DNNL_ARG_SRC, const_cast<float*>(Q + c0 * rows * E_));
-      a.qk.set(DNNL_ARG_WEIGHTS, const_cast<float*>(K + c0 * S_ * E_));
-      a.qk.set(DNNL_ARG_DST, scores);
       g.qk.run(a.qk, pad);
-      // softmax over each score row, in place: scale, mask, causality
-      parallel_for(nb * rows, std::max<int64_t>(1, 8192 / S_), [&](int64_t rb, int64_t re) {
+      // softmax over each score row's w columns (keys lo..hi), in place: scale, mask, causality
+      parallel_for(nb * rows, std::max<int64_t>(1, 8192 / w), [&](int64_t rb, int64_t re) {
         for (int64_t r = rb; r < re; ++r) {
           const int64_t bhk = c0 + r / rows, gi = r % rows, b = bhk / Hk_, h = (bhk % Hk_) * G_ + gi / L_,
                         i = gi % L_;
           const M* mrow = nullptr;
-          if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2];
-          softmax_row(scores + r * S_, mrow, causal_ ? std::min(S_, i + 1) : S_);
+          if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] + lo * mstr_[3];
+          const int64_t lim = causal_ ? std::clamp<int64_t>(i + 1 - lo, 0, w) : w;
+          softmax_row(scores + r * S_, mrow, lim, w);
         }
       });
-      a.pv.set(DNNL_ARG_SRC, scores);
-      a.pv.set(DNNL_ARG_WEIGHTS, const_cast<float*>(V + c0 * S_ * Ev_));
-      a.pv.set(DNNL_ARG_DST, O + c0 * rows * Ev_);
+      a.pv.set(DNNL_ARG_DST, Oc);
       g.pv.run(a.pv, pad);
     }
   }
@@ -287,12 +422,12 @@ class SdpaKernel final : public Kernel {
     return sum;
   }
 
-  // p[0..S) <- softmax(p * scale + mask) over keys [0, lim), 0 beyond (causal);
+  // p[0..w) <- softmax(p * scale + mask) over keys [0, lim), 0 beyond (causal);
   // a row whose keys are all masked becomes 0 (so its output row is 0).
   template <typename M>
-  void softmax_row(float* p, const M* mrow, int64_t lim) const {
+  void softmax_row(float* p, const M* mrow, int64_t lim, int64_t w) const {
     const float mx = scale_mask_max(p, mrow, lim);
-    std::fill(p + lim, p + S_, 0.f);
+    std::fill(p + lim, p + w, 0.f);
     if (mx == -std::numeric_limits<float>::infinity()) {
       std::fill(p, p + lim, 0.f);
       return;
@@ -362,21 +497,14 @@ class SdpaKernel final : public Kernel {
       for (int64_t w = wb; w < we; ++w) {
         const int64_t r = w / ns, c = w % ns, i = r % L_, b = r / L_ / H_, h = r / L_ % H_;
         const int64_t lim = causal_ ? std::min(S_, i + 1) : S_;
-        // A masked row reads only its keys from the first kept to the last kept (dropped: false in a
-        // bool mask, -inf in an additive one, as torch makes a bool mask): a static KV cache sized
-        // for the longest generation, a batch of sequences of their own lengths (left padding)
-        // attend over what they hold. A dropped key adds nothing; only a NaN or inf in such a
-        // key's K would (NaN + -inf is NaN in eager), and it is never read.
+        // A masked row reads only its keys from the first kept to the last kept (kept_keys): a
+        // static KV cache sized for the longest generation, a batch of sequences of their own
+        // lengths (left padding) attend over what they hold. A dropped key adds nothing; only a
+        // NaN or inf in such a key's K would (NaN + -inf is NaN in eager), and it is never read.
         int64_t lo = 0, hi = lim;
         const M* m0 = mask ? mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] : nullptr;  // the row's mask
         if (m0) {
-          const int64_t ms = mstr_[3];
-          auto dropped = [&](int64_t j) {
-            if constexpr (std::is_same_v<M, bool>) return !m0[j * ms];
-            else return static_cast<float>(load(m0[j * ms])) == -std::numeric_limits<float>::infinity();
-          };
-          while (hi > 0 && dropped(hi - 1)) --hi;
-          while (lo < hi && dropped(lo)) ++lo;
+          std::tie(lo, hi) = kept_keys(m0, lim);
           if (c == 0 && hi - lo < lim) g_keys_skipped.fetch_add(lim - (hi - lo), std::memory_order_relaxed);
         }
         const int64_t sp = (hi - lo + ns - 1) / ns;
@@ -424,7 +552,7 @@ class SdpaKernel final : public Kernel {
   float scale_;
   bool causal_, has_mask_, gemm_ = false;
   Shape mstr_;
-  Gemms full_, rest_;
+  Gemms gemms_[2][2];  // [chunks of chunk_ pairs, the last chunk of fewer][all S keys, a range (trim)]
   int slots_;  // row kernel: thread slots with a score row each in the scratch
   int64_t max_splits_ = 1;  // row kernel: key splits the scratch has partials for
   size_t n_scores_ = 0;  // score floats per chunk (gemm), or per thread slots and split partials (rows)

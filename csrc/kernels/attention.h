@@ -1,5 +1,5 @@
-// The attention kernel's split-KV decision, and a count of its split runs, for
-// tests (the kernel itself registers as op "sdpa"; see attention.cpp).
+// The attention kernel's split-KV decision, and counts of its split runs and of
+// the keys it skips, for tests (the kernel itself registers as op "sdpa"; see attention.cpp).
 #pragma once
 #include <cstdint>
 
@@ -18,8 +18,10 @@ int64_t sdpa_kv_splits(int64_t rows, int nt, int64_t S);
 // How many runs took the split path so far (process-wide; tests read it).
 int64_t sdpa_kv_split_runs();
 
-// Keys the row kernel did not read because the mask drops them (false, or -inf) before a row's
-// first kept key or after its last (process-wide; tests read it).
+// Keys not read because the mask drops them (false, or -inf) (process-wide; tests read it): the
+// row kernel's before a row's first kept key or after its last, within its causal bound; the GEMM
+// path's outside a chunk's range (the union of its rows' ranges), S minus its width for each of
+// the chunk's query rows.
 int64_t sdpa_keys_skipped();
 
 }  // namespace ag

@@ -1,8 +1,12 @@
 // The attention row kernel's split-KV (flash-decoding): when it splits, and that
-// a split run gives what the unsplit one gives, to float rounding.
+// a split run gives what the unsplit one gives, to float rounding. The GEMM path's
+// key range: a masked chunk reads only the keys its rows keep, against a reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "ir/graph.h"
 #include "kernels/attention.h"
@@ -50,6 +54,138 @@ TEST(Attention, SplitKvMatchesUnsplit) {
     for (int64_t i = 0; i < E; ++i) EXPECT_EQ(r.outs[0].as<float>()[i], 0.f);  // head 0: every key masked
   };
   test::check_op(c);
+}
+
+
+// GQA attention on the GEMM path (Qwen2-0.5B's 14 query heads on 2 key heads: 7 * L query rows
+// per key head, more than the row kernel takes) with a mask that keeps each row's keys
+// keep[b, h, i] = [pad, fill) (a static KV cache filled up to `fill` after `pad` slots of left
+// padding, a hole inside), broadcast over heads or per head, bool or additive (finite values
+// where kept, -inf where dropped), with or without causality (top-left: keys j <= i as well).
+// Against a reference in double that reads only kept keys (a row that keeps none: 0); the GEMMs
+// read the union of the rows' ranges, so NaN in K and V past every row's last kept key does not
+// reach the output, and sdpa_keys_skipped grows by S minus that width for every query row.
+struct CacheMask {
+  int64_t B = 2, H = 14, Hk = 2, L = 1, S = 300, E = 64;
+  bool per_head = false, causal = false, additive = false;
+  std::vector<int64_t> pad, fill;  // per batch; per head (per_head), pad + h % 3
+  bool no_key_row = false;         // batch 1, query 0 keeps no key
+};
+
+void check_cache_mask(const CacheMask& cm) {
+  const int64_t B = cm.B, H = cm.H, Hk = cm.Hk, L = cm.L, S = cm.S, E = cm.E, G = H / Hk;
+  const int64_t MH = cm.per_head ? H : 1;
+  std::vector<float> qd = test::randn(B * H * L * E, 11), kd = test::randn(B * Hk * S * E, 12),
+                     vd = test::randn(B * Hk * S * E, 13), noise = test::randn(B * MH * L * S, 14);
+  std::vector<uint8_t> keep(B * MH * L * S);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < MH; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        // query i sits at slot hi - 1; key lo + 1 is a hole
+        const int64_t lo = cm.pad[b] + (cm.per_head ? h % 3 : 0), hi = cm.fill[b] - L + 1 + i;
+        for (int64_t j = lo; j < hi; ++j) keep[((b * MH + h) * L + i) * S + j] = j != lo + 1;
+        if (cm.no_key_row && b == 1 && i == 0) std::fill_n(&keep[((b * MH + h) * L + i) * S], S, 0);
+      }
+  std::vector<float> fmask(keep.size());
+  for (size_t x = 0; x < keep.size(); ++x) fmask[x] = keep[x] ? noise[x] : -std::numeric_limits<float>::infinity();
+  auto kept = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+    return keep[((b * MH + (cm.per_head ? h : 0)) * L + i) * S + j] && (!cm.causal || j <= i);
+  };
+  // the keys any row keeps: the GEMMs read [lo, hi) when that is at most 3/4 of S
+  int64_t lo = S, hi = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < S; ++j)
+          if (kept(b, h, i, j)) lo = std::min(lo, j), hi = std::max(hi, j + 1);
+  const int64_t width = std::max<int64_t>(0, hi - lo);
+  const std::string keys = "keys [" + std::to_string(std::min(lo, hi)) + ", " + std::to_string(hi) + ")";
+  const int64_t skip = width <= S * 3 / 4 ? B * H * L * (S - width) : 0;
+  if (skip > 0 && hi < S)  // garbage in the slots no row keeps
+    for (int64_t x = 0; x < B * Hk; ++x)
+      for (int64_t e = 0; e < E; ++e)
+        kd[(x * S + hi) * E + e] = vd[(x * S + S - 1) * E + e] = std::numeric_limits<float>::quiet_NaN();
+  qd[((0 * H + 5) * L + L - 1) * E] = std::numeric_limits<float>::quiet_NaN();  // a NaN query: its row is NaN
+  const double scale = 1.0 / std::sqrt(double(E));
+  std::vector<double> want(B * H * L * E, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        const float* q = &qd[((b * H + h) * L + i) * E];
+        const int64_t kh = b * Hk + h / G;
+        std::vector<double> s(S, -std::numeric_limits<double>::infinity());
+        double mx = -std::numeric_limits<double>::infinity();
+        bool nan = false;
+        for (int64_t j = 0; j < S; ++j) {
+          if (!kept(b, h, i, j)) continue;
+          double d = 0;
+          for (int64_t e = 0; e < E; ++e) d += double(q[e]) * kd[(kh * S + j) * E + e];
+          s[j] = d * scale + (cm.additive ? fmask[((b * MH + (cm.per_head ? h : 0)) * L + i) * S + j] : 0.0);
+          nan |= std::isnan(s[j]);
+          mx = std::max(mx, s[j]);
+        }
+        double* o = &want[((b * H + h) * L + i) * E];
+        if (nan) std::fill_n(o, E, std::numeric_limits<double>::quiet_NaN());
+        if (nan || mx == -std::numeric_limits<double>::infinity()) continue;
+        double sum = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          if (s[j] == -std::numeric_limits<double>::infinity()) continue;
+          const double p = std::exp(s[j] - mx);
+          sum += p;
+          for (int64_t e = 0; e < E; ++e) o[e] += p * vd[(kh * S + j) * E + e];
+        }
+        for (int64_t e = 0; e < E; ++e) o[e] /= sum;
+      }
+  test::OpCase c;
+  c.op = "sdpa";
+  c.args = {{TensorType(DType::f32, {B, H, L, E}), qd.data()},
+            {TensorType(DType::f32, {B, Hk, S, E}), kd.data()},
+            {TensorType(DType::f32, {B, Hk, S, E}), vd.data()},
+            cm.additive ? test::Arg(TensorType(DType::f32, {B, MH, L, S}), fmask.data())
+                        : test::Arg(TensorType(DType::b8, {B, MH, L, S}), keep.data())};
+  c.attrs = test::attrs({{"is_causal", cm.causal}, {"has_mask", true}});
+  c.want = test::want_values(std::vector<std::vector<double>>{want});
+  c.tol = {1e-5, 1e-4};
+  int64_t before = sdpa_keys_skipped();
+  c.after_run = [&](const test::Run& r) {
+    ASSERT_EQ(r.kernels.size(), 1u);
+    EXPECT_EQ(r.kernels[0], "sdpa_gemm_float32");
+    EXPECT_EQ(sdpa_keys_skipped() - before, skip) << r.threads << " threads, " << keys;
+    before = sdpa_keys_skipped();
+  };
+  SCOPED_TRACE(::testing::Message() << "B=" << B << " L=" << L << " per_head=" << cm.per_head << " causal="
+                                    << cm.causal << " additive=" << cm.additive << " " << keys);
+  test::check_op(c);
+}
+
+TEST(Attention, GemmReadsOnlyTheKeysAMaskKeeps) {
+  for (int64_t L : {1, 5})
+    for (bool per_head : {false, true})
+      for (bool additive : {false, true}) {
+        CacheMask cm;
+        cm.B = 3, cm.L = L, cm.per_head = per_head, cm.additive = additive;
+        cm.pad = {0, 40, 7}, cm.fill = {100, 180, 61}, cm.no_key_row = true;
+        check_cache_mask(cm);  // keys [0, 180)
+        cm.B = 2, cm.pad = {30, 50}, cm.fill = {120, 90};
+        check_cache_mask(cm);  // keys [30, 120): the range starts past key 0
+        // causality and the mask together (keys j <= i as well): rows keep [pad, i + 1), the
+        // first rows none; the causal bound counts from the range's start
+        cm.causal = true, cm.pad = {2, 3}, cm.fill = {250, 250}, cm.no_key_row = false;
+        check_cache_mask(cm);
+      }
+}
+
+TEST(Attention, GemmKeyRangeWholeOrEmpty) {
+  for (bool additive : {false, true}) {
+    CacheMask cm;
+    cm.L = 5, cm.additive = additive;
+    cm.pad = {0, 3}, cm.fill = {300, 280};  // keys [0, 300): every key read, none skipped
+    check_cache_mask(cm);
+    cm.pad = {0, 60}, cm.fill = {226, 286};  // keys [0, 286): wider than 3/4 of S, all read
+    check_cache_mask(cm);
+    cm.causal = true, cm.pad = {10, 20}, cm.fill = {200, 200};  // no row keeps a key: 0, no GEMM
+    check_cache_mask(cm);
+  }
 }
 
 }  // namespace

@@ -265,3 +265,112 @@ def test_sdpa_decode_reads_only_the_keys_a_bool_mask_keeps(dtype, S):
     with torch.no_grad():
         got = torch.compile(f, backend="airgraph")(q, k2, v, keep)
     assert_close(got, f(q, k, v, keep), msg="NaN in slots the mask drops")
+
+
+def _cache_mask(B, L, S, pad, fill, kind, dtype, heads=1):
+    """A static KV cache's mask [B, heads, L, S]: sequence b left-padded by pad[b] slots (head h: pad[b] + h % 3
+    more), its query i at slot fill[b] - L + i, so keeping keys [pad, fill[b] - L + i + 1); bool, or additive
+    (random finite values where kept, -inf where dropped)."""
+    keep = torch.zeros(B, heads, L, S, dtype=torch.bool)
+    for b in range(B):
+        for h in range(heads):
+            for i in range(L):
+                keep[b, h, i, pad[b] + h % 3:fill[b] - L + i + 1] = True
+    if kind == "bool":
+        return keep
+    return torch.randn(B, heads, L, S, dtype=dtype).masked_fill(~keep, float("-inf"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("B,L", [(1, 1), (3, 1), (2, 5), (3, 5)])
+def test_sdpa_gqa_gemm_reads_only_the_keys_a_mask_keeps(dtype, kind, B, L):
+    """GQA decode (L=1) and a short prefill (L=5) over a static KV cache, Qwen2-0.5B's heads (14 query heads on 2
+    key heads: 7 * L query rows per key head, the GEMM path): sequences left-padded and filled to their own
+    lengths, one query that sees no key (0, as eager). The GEMMs read only the keys some row keeps (the union
+    of the rows' ranges): matches eager, counts the keys not read per query row, and garbage (NaN) in the slots
+    past every sequence's fill never reaches the output."""
+    from airgraph._core import C
+
+    torch.manual_seed(4)
+    H, Hk, S, E = 14, 2, 300, 64
+    pad, fill = [0, 40, 7][:B], [100, 180, 61][:B]
+    q, k, v = r(B, H, L, E, dtype=dtype), r(B, Hk, S, E, dtype=dtype), r(B, Hk, S, E, dtype=dtype)
+    m = _cache_mask(B, L, S, pad, fill, kind, dtype)
+    if B > 1:
+        m[1, :, 0] = False if kind == "bool" else float("-inf")
+    f = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+    skipped = C.sdpa_keys_skipped()
+    got = check(f, q, k, v, m)
+    want = B * H * L * (S - (max(fill) - min(pad)))
+    assert C.sdpa_keys_skipped() - skipped >= want, (C.sdpa_keys_skipped() - skipped, want)
+    if B > 1:
+        assert (got[1, :, 0] == 0).all()
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, max(fill):] = float("nan")
+    v2[:, :, max(fill):] = float("nan")
+    with torch.no_grad():
+        got = torch.compile(f, backend="airgraph")(q, k2, v2, m)
+    assert_close(got, f(q, k, v, m), msg="NaN in slots no row keeps")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_sdpa_gqa_gemm_key_range_with_causality(dtype, kind):
+    """A mask and is_causal together on the GEMM path (top-left: row i keeps keys j <= i as well): the rows keep
+    keys [pad, i + 1) (the first ones none), so the GEMMs read keys from 2 and the causal bound counts from
+    there."""
+    torch.manual_seed(5)
+    B, H, Hk, L, S, E = 2, 14, 2, 5, 300, 64
+    q, k, v = r(B, H, L, E, dtype=dtype), r(B, Hk, S, E, dtype=dtype), r(B, Hk, S, E, dtype=dtype)
+    m = _cache_mask(B, L, S, [2, 3], [250, 250], kind, dtype)
+    got = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=True,
+                                                                  enable_gqa=True), q, k, v, m)
+    assert (got[:, :, :2] == 0).all()  # rows 0 and 1 keep no key
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_sdpa_gqa_gemm_whole_key_range(dtype, kind):
+    """A mask whose rows together keep keys over (nearly) all the cache on the GEMM path: the GEMMs read all S keys
+    (none counted as skipped) and match eager; a mask that keeps no key at all gives 0, as eager."""
+    from airgraph._core import C
+
+    torch.manual_seed(6)
+    B, H, Hk, L, S, E = 2, 14, 2, 5, 300, 64
+    q, k, v = r(B, H, L, E, dtype=dtype), r(B, Hk, S, E, dtype=dtype), r(B, Hk, S, E, dtype=dtype)
+    f = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+    for pad, fill in [([0, 3], [300, 280]), ([0, 60], [226, 286])]:
+        skipped = C.sdpa_keys_skipped()
+        check(f, q, k, v, _cache_mask(B, L, S, pad, fill, kind, dtype))
+        assert C.sdpa_keys_skipped() == skipped
+    none = torch.zeros(B, 1, L, S, dtype=torch.bool)
+    if kind == "float":
+        none = torch.zeros(B, 1, L, S, dtype=dtype).masked_fill(~none, float("-inf"))
+    skipped = C.sdpa_keys_skipped()
+    assert check(f, q, k, v, none).eq(0).all()
+    assert C.sdpa_keys_skipped() - skipped >= B * H * L * S
+
+
+def test_sdpa_gqa_gemm_key_range_per_chunk():
+    """Longer queries (GQA, 7 * 200 query rows per key head against 1100 keys): the GEMM path takes the 3 (batch,
+    key head) pairs in a chunk of 2 and a remainder of 1, each reading its own rows' key range (a mask per
+    head); then the first chunk's rows keep every key and only the second's range is cut."""
+    from airgraph._core import C
+
+    torch.manual_seed(7)
+    H, Hk, L, S, E = 21, 3, 200, 1100, 64
+    q, k, v = r(1, H, L, E), r(1, Hk, S, E), r(1, Hk, S, E)
+    keep = torch.zeros(1, H, L, S, dtype=torch.bool)
+    keep[:, 0:7, :, 100:300] = True
+    keep[:, 7:14, :, 50:500] = True
+    keep[:, 14:21, :, 700:900] = True
+    keep[:, 3, 9] = False  # a row that sees no key
+    f = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+    skipped = C.sdpa_keys_skipped()
+    check(f, q, k, v, keep)
+    assert C.sdpa_keys_skipped() - skipped >= 14 * L * (S - 450) + 7 * L * (S - 200)
+    keep[:, 7:14, :, :] = True
+    skipped = C.sdpa_keys_skipped()
+    check(f, q, k, v, keep)
+    assert C.sdpa_keys_skipped() - skipped >= 7 * L * (S - 200)
