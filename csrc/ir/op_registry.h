@@ -60,10 +60,17 @@ using FuseFn = bool (*)(const Node& node, FusedInstr* out);
 // Channels-last (BuildCtx::channels_last), declared with the op's kernel: whether the node's kernel
 // reads input `i` (>= 0) as NHWC bytes of its logical [N, C, H, W], or may write its result so when
 // its input 0 is row-major (kWritesChannelsLast) or channels-last (kPassesChannelsLast: a pool
-// passes the layout on, a convolution makes its own). runtime/executor.cpp's plan asks every
+// passes the layout on, a convolution makes its own), or whether row-major values cost the kernel a
+// reorder of its own (kPrefersChannelsLast: oneDNN's convolutions run on NHWC; a permute between
+// the layouts is a plain copy instead of a transposing one). runtime/layout.cpp's plan asks every
 // reader and writer of a value.
-inline constexpr int kWritesChannelsLast = -1, kPassesChannelsLast = -2;
+inline constexpr int kWritesChannelsLast = -1, kPassesChannelsLast = -2, kPrefersChannelsLast = -3;
 using ChannelsLastFn = bool (*)(const Node& node, int i);
+// Layout-transparent ops (runtime/layout.h): whether the node computes on the NHWC bytes of its 4-D
+// values what the same op computes over their permuted shapes [N, H, W, C] with the attributes it
+// writes to `attrs` (given the node's own). kElementwise ops with one result are transparent without
+// one (their attributes hold no dims).
+using NhwcViewFn = bool (*)(const Node& node, Attrs* attrs);
 
 struct OpDef {
   const char* name = nullptr;
@@ -81,6 +88,7 @@ struct OpDef {
   int64_t fused_code = 0;
   bool epilogue = false;
   ChannelsLastFn channels_last = nullptr;  // nullptr: row-major only
+  NhwcViewFn nhwc_view = nullptr;
   bool has(OpProps p) const { return (props & p) != 0; }
 };
 

@@ -205,6 +205,10 @@ class ConvKernel final : public Kernel {
           pa.input = -1;  // nothing to do per call
         }
       }
+      // (what runs by hand reads a full operand's bytes in the order of the row-major result's)
+      for (size_t i = k_dnnl_; i < epi_.ops.size(); ++i)
+        AG_CHECK(epi_.ops[i].mode != epi::Mode::Full || epi_.ops[i].cdata || !ctx.nhwc(n.inputs[epi_.ops[i].input]->id),
+                 "conv: node ", n.context(), ": post-op ", i, " runs by hand on a channels-last operand");
       // (the result's bytes are NHWC: what runs by hand on them must not depend on an element's place)
       AG_CHECK(!out_nhwc_ || k_dnnl_ == epi_.binary_end(k0_), "conv: node ", n.context(), ": oneDNN took ", k_dnnl_,
                " of the ", epi_.binary_end(k0_), " binary post-ops of a channels-last result");
@@ -438,15 +442,17 @@ std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return s
 }  // namespace
 
 // Channels-last (OpDef::channels_last; ConvKernel honours it): a 2-D convolution, f32 or bf16, with
-// nothing empty and a post-op chain whose operands (scalars, per channel, full size) all come before
-// its activations, so that what runs by hand on its result (activations only) does not depend on
-// where an element is. It reads NHWC as its input (0) or as a full-size post-op operand, and may
-// write its result so from either layout of its input.
+// nothing empty reads its input (0) NHWC (the primitive runs on NHWC; a row-major result is reordered
+// out of it before any post-op runs by hand). With a post-op chain whose operands (scalars, per
+// channel, full size) all come before its activations, so that what runs by hand on its result
+// (activations only) does not depend on where an element is, it also reads a full-size post-op
+// operand NHWC and may write its result so from either layout of its input.
 static bool conv_channels_last(const Node& n, int i) {
   if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
   const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
   if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
   if (x.numel() == 0 || w.numel() == 0 || o.numel() == 0) return false;
+  if (i == 0 || i == kPrefersChannelsLast) return true;
   bool unary_seen = false;
   for (int64_t c : n.attrs.ints("post_ops", {})) {
     if (!epi::is_binary(c)) unary_seen = true;
@@ -457,7 +463,7 @@ static bool conv_channels_last(const Node& n, int i) {
     epi::Mode m;
     if (!epi::classify(n.inputs[k]->type.shape(), o.shape(), true, &m)) return false;
   }
-  if (i == kWritesChannelsLast || i == kPassesChannelsLast || i == 0) return true;
+  if (i == kWritesChannelsLast || i == kPassesChannelsLast) return true;
   return static_cast<size_t>(i) >= nb && n.inputs[i]->type.shape() == o.shape();  // (a full-size operand)
 }
 

@@ -326,7 +326,14 @@ std::unique_ptr<Kernel> make_resize(const Node& n, const BuildCtx&) {
 
 }  // namespace
 
+// Layout-transparent (OpDef::nhwc_view): an NCHW resize of channels-last bytes is the NHWC one.
+static bool resize_nhwc_view(const Node& n, Attrs* a) {
+  if (n.attrs.b("channels_last", false)) return false;
+  a->set("channels_last", true);
+  return true;
+}
+
 AG_REGISTER_OP(resize2d, {.name = "resize2d", .min_inputs = 1, .max_inputs = 1, .infer = infer_resize,
-                          .make_kernel = make_resize, .props = kNoProps});
+                          .make_kernel = make_resize, .props = kNoProps, .nhwc_view = resize_nhwc_view});
 
 }  // namespace ag

@@ -234,7 +234,17 @@ std::unique_ptr<Kernel> make_slice_scatter(const Node& n, const BuildCtx& ctx) {
 
 }  // namespace
 
-AG_REGISTER_OP(cat, {.name = "cat", .min_inputs = 1, .max_inputs = -1, .infer = infer_cat, .make_kernel = make_cat});
+// Layout-transparent (OpDef::nhwc_view): channels-last 4-D inputs concatenate along the dim's NHWC position.
+static bool cat_nhwc_view(const Node& n, Attrs* a) {
+  for (const Value* v : n.inputs)
+    if (v->type.rank() != 4) return false;
+  constexpr int64_t kNhwcPos[4] = {0, 3, 1, 2};
+  a->set("dim", kNhwcPos[normalize_dim(n.attrs.i("dim", 0), 4)]);
+  return true;
+}
+
+AG_REGISTER_OP(cat, {.name = "cat", .min_inputs = 1, .max_inputs = -1, .infer = infer_cat, .make_kernel = make_cat,
+                     .nhwc_view = cat_nhwc_view});
 AG_REGISTER_OP(pad, {.name = "pad", .min_inputs = 1, .max_inputs = 1, .infer = infer_pad, .make_kernel = make_pad});
 AG_REGISTER_OP(roll, {.name = "roll", .min_inputs = 1, .max_inputs = 1, .infer = infer_roll, .make_kernel = make_roll});
 AG_REGISTER_OP(tril, {.name = "tril", .min_inputs = 1, .max_inputs = 1, .infer = infer_tri,

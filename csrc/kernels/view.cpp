@@ -80,7 +80,8 @@ const Shape kToNhwc{0, 2, 3, 1}, kToNchw{0, 3, 1, 2};
 bool permute_channels_last(const Node& n, int i) {
   if (n.inputs[0]->type.rank() != 4) return false;
   const Shape p = perm_of(n.attrs, 4, "permute");
-  return (i == 0 && p == kToNhwc) || (i == kWritesChannelsLast && p == kToNchw);
+  return (i == 0 && p == kToNhwc) || (i == kWritesChannelsLast && p == kToNchw) ||
+         (i == kPrefersChannelsLast && (p == kToNhwc || p == kToNchw));
 }
 
 std::unique_ptr<Kernel> make_permute(const Node& n, const BuildCtx& ctx) {

@@ -21,6 +21,7 @@ std::shared_ptr<void> aligned_buffer(size_t nbytes) { return alloc_aligned(nbyte
 namespace {
 std::unique_ptr<Kernel> make_kernel_of(const Node& n, const BuildCtx& ctx) {
   try {
+    if (auto k = make_layout_kernel(n, ctx)) return k;
     return n.op->make_kernel(n, ctx);
   } catch (const Error& e) {
     fail(e.what(), "\n  while preparing the kernel of ", n.context());
@@ -106,27 +107,6 @@ std::vector<uint8_t> layouts_of(const Node& n, const BuildCtx& ctx) {
   return l;
 }
 }  // namespace
-
-std::vector<uint8_t> plan_channels_last(const Graph& g) {
-  std::vector<uint8_t> nhwc(g.num_values(), 0);
-  std::vector<std::vector<std::pair<const Node*, size_t>>> uses(g.num_values());
-  for (const auto& n : g.nodes())
-    for (size_t i = 0; i < n->inputs.size(); ++i) uses[n->inputs[i]->id].emplace_back(n.get(), i);
-  std::vector<uint8_t> is_out(g.num_values(), 0);
-  for (const Value* v : g.outputs()) is_out[v->id] = 1;
-  auto reads = [](const Node& c, size_t i) { return c.op->channels_last && c.op->channels_last(c, static_cast<int>(i)); };
-  for (const auto& n : g.nodes()) {  // (in order: a writer's input 0 has its layout decided)
-    if (!n->op->channels_last || n->outputs.size() != 1 || n->inputs.empty()) continue;
-    const bool from_nhwc = nhwc[n->inputs[0]->id];
-    if (!n->op->channels_last(*n, from_nhwc ? kPassesChannelsLast : kWritesChannelsLast)) continue;
-    const Value* v = n->outputs[0];
-    if (is_out[v->id] || uses[v->id].empty()) continue;
-    bool ok = true;
-    for (const auto& [c, i] : uses[v->id]) ok = ok && reads(*c, i);
-    if (ok) nhwc[v->id] = 1;
-  }
-  return nhwc;
-}
 
 KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
   size_t h = hash_types(hash_types(std::hash<std::string>()(n.name) ^ std::hash<const void*>()(n.op), n.inputs),

@@ -22,6 +22,7 @@
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "base/background.h"
+#include "runtime/layout.h"
 #include "runtime/memory_planner.h"
 
 namespace ag {
@@ -111,16 +112,10 @@ struct CompileOptions {
   // Replaces each node's kernel by what it returns (debug tools: a planted fault, bindings/fault.h).
   // A program built with it uses no KernelCache.
   std::function<std::unique_ptr<Kernel>(const Node&, std::unique_ptr<Kernel>)> wrap;
-  // Convolutions hand each other their results in channels-last order (plan_channels_last).
+  // Convolutions and their neighbours hand each other channels-last values (runtime/layout.h).
   bool channels_last = true;
 };
 
-// The values to keep in channels-last order (BuildCtx::channels_last): the 2-D results of
-// convolutions (and of max pools fed channels-last) that only convolutions (as their input or a
-// full-size operand of their post-ops), max pools and global average pools read, and that are no
-// graph output. oneDNN's convolutions on this CPU run on NHWC, so each such edge in row-major NCHW
-// cost a reorder out of one convolution and one into the next.
-std::vector<uint8_t> plan_channels_last(const Graph& g);
 
 // Graph must be verified and fully static. Keeps constants alive through the program.
 std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& opt = {});

@@ -210,13 +210,15 @@ struct Compiled {
   std::shared_ptr<Program> prog;
 };
 
-Compiled compile(Graph& g, const PipelineOptions* passes) {
+Compiled compile(Graph& g, const PipelineOptions* passes, bool channels_last = true) {
   if (passes) run_pipeline(g, *passes);
   else g.verify();
   Compiled c;
   c.meta.graph = g.str();
   for (auto& n : g.nodes()) c.meta.ops.push_back(n->op->name);
-  c.prog = compile_program(g);
+  CompileOptions opt;
+  opt.channels_last = channels_last;
+  c.prog = compile_program(g, opt);
   for (auto& k : c.prog->kernels) c.meta.kernels.push_back(k->name());
   c.meta.inplace = c.prog->stats.inplace;
   return c;
@@ -236,7 +238,7 @@ Run run(const Compiled& c, const std::vector<const void*>& inputs) {
 // Builds the case's graph (with `build` when given, else one node of c.op) over the args' values
 // and compiles it with `passes`.
 Compiled build_and_compile(const OpCase& c, const std::vector<Tensor>& args, const BuildFn& build,
-                           const PipelineOptions* passes) {
+                           const PipelineOptions* passes, bool channels_last = true) {
   Graph g;
   std::vector<Value*> vals;
   int n_in = 0, n_const = 0;
@@ -250,7 +252,7 @@ Compiled build_and_compile(const OpCase& c, const std::vector<Tensor>& args, con
   if (build) outs = build(g, vals);
   else outs = g.add_node(c.op, vals, c.attrs, "n")->outputs;
   g.set_outputs(outs);
-  return compile(g, passes);
+  return compile(g, passes, channels_last);
 }
 
 // Runs on fresh copies of the inputs (a graph may write its inputs).
@@ -281,12 +283,12 @@ Checked check_op(const OpCase& c) {
   }
   std::vector<std::vector<double>> want;
   if (c.want) want = c.want(r.args);
-  const bool second = c.ref_passes.has_value() || static_cast<bool>(c.ref_build);
+  const bool second = c.ref_passes.has_value() || static_cast<bool>(c.ref_build) || c.ref_row_major;
   const PipelineOptions ref_passes = c.ref_passes.value_or(c.passes);
   // compiled once, as the product compiles a graph once and runs it at the caller's thread count
   Compiled comp = build_and_compile(c, r.args, c.build, c.pipeline ? &c.passes : nullptr), ref_comp;
   if (second) ref_comp = build_and_compile(c, r.args, c.ref_build ? c.ref_build : c.build,
-                                           c.pipeline ? &ref_passes : nullptr);
+                                           c.pipeline ? &ref_passes : nullptr, !c.ref_row_major);
   for (size_t k = 0; k < c.threads.size(); ++k) {
     ThreadCountScope scope(c.threads[k]);
     const std::string at = " (" + (c.op.empty() ? std::string("graph") : c.op) + ", " +

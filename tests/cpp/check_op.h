@@ -140,6 +140,7 @@ struct OpCase {
   Tol tol;
   std::optional<PipelineOptions> ref_passes;
   BuildFn ref_build;
+  bool ref_row_major = false;  // a second graph: the same, compiled with every value row-major (no channels-last plan)
   Tol ref_tol;
   // called after each thread count's run (counters a kernel keeps, say)
   std::function<void(const Run&)> after_run;

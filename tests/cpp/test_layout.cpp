@@ -1,0 +1,101 @@
+// The channels-last plan (runtime/layout.h) on graphs shaped like the zoo's: which values it keeps
+// NHWC, the kernels around them (named in the program: "nhwc_in"/"nhwc_out" convolutions, a
+// transparent node's "[channels-last]" view, "[input i nhwc->nchw]" / "[result nchw->nhwc]"
+// conversions at a region's edges), and the results against the same graph compiled all row-major.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "check_op.h"
+
+namespace ag {
+namespace {
+using test::attrs;
+
+Attrs conv_attrs(int64_t stride, int64_t pad) {
+  return attrs({{"stride", Shape{stride, stride}}, {"padding", Shape{pad, pad}}, {"dilation", Shape{1, 1}},
+                {"groups", int64_t{1}}});
+}
+
+std::string kernel_of(const test::Run& r, const std::string& part) {
+  for (const auto& k : r.kernels)
+    if (k.find(part) != std::string::npos) return k;
+  return "";
+}
+
+// An FPN-style head: conv a -> strided conv b -> bilinear upsample of b -> per-channel scale + a
+// (elementwise) -> cat with a -> 1x1 conv (output 0); the sum's spatial mean (a reduction that reads
+// row-major: converted at the edge; output 1); softmax over the channels of the input (written
+// row-major, converted once) read by two convolutions (their sum: output 2). f32 and bf16.
+class LayoutPlan : public ::testing::TestWithParam<DType> {};
+TEST_P(LayoutPlan, FpnHeadKeepsChannelsLastBetweenItsEdges) {
+  const DType t = GetParam();
+  const int64_t N = 2, C = 4, H = 8, W = 6, O = 8, O2 = 5;
+  test::OpCase c;
+  c.args = {{TensorType(t, {N, C, H, W})},
+            {TensorType(t, {O, C, 3, 3}), nullptr, true},
+            {TensorType(t, {O, O, 3, 3}), nullptr, true},
+            {TensorType(t, {O, 1, 1}), nullptr, true},
+            {TensorType(t, {O2, 2 * O, 1, 1}), nullptr, true},
+            {TensorType(t, {O, C, 1, 1}), nullptr, true},
+            {TensorType(t, {O, C, 3, 3}), nullptr, true}};
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* a = g.add_node("conv", {in[0], in[1]}, conv_attrs(1, 1), "a")->out();
+    Value* b = g.add_node("conv", {a, in[2]}, conv_attrs(2, 1), "b")->out();
+    Value* u = g.add_node("resize2d", {b}, attrs({{"mode", std::string("bilinear")}, {"output_size", Shape{H, W}}}),
+                          "up")->out();
+    Value* s = g.add_node("mul", {u, in[3]}, {}, "scale")->out();
+    s = g.add_node("add", {s, a}, {}, "sum")->out();
+    Value* k = g.add_node("cat", {s, a}, attrs({{"dim", int64_t{1}}}), "cat")->out();
+    Value* y = g.add_node("conv", {k, in[4]}, conv_attrs(1, 0), "y")->out();
+    Value* r = g.add_node("mean", {s}, attrs({{"dims", Shape{2, 3}}, {"keepdim", true}}), "pooled")->out();
+    Value* m = g.add_node("softmax", {in[0]}, attrs({{"dim", int64_t{1}}}), "sm")->out();
+    Value* p = g.add_node("conv", {m, in[5]}, conv_attrs(1, 0), "p")->out();
+    Value* q = g.add_node("conv", {m, in[6]}, conv_attrs(1, 1), "q")->out();
+    return std::vector<Value*>{y, r, g.add_node("add", {p, q}, {}, "pq")->out()};
+  };
+  c.ref_row_major = true;
+  c.ref_tol = t == DType::bf16 ? test::Tol{2e-2, 2e-2} : test::Tol{1e-4, 1e-4};  // (oneDNN sums in another order per layout)
+  auto r = test::check_op(c);
+  std::string all;
+  for (const auto& k : r.got.kernels) all += k + "\n";
+  EXPECT_NE(kernel_of(r.got, "resize2d_bilinear_nhwc").find("[channels-last]"), std::string::npos) << all;
+  EXPECT_NE(kernel_of(r.got, "cat").find("[channels-last]"), std::string::npos) << all;
+  EXPECT_EQ(test::count(all, "[channels-last]"), 3) << all;  // resize, the fused scale + sum, cat
+  EXPECT_NE(kernel_of(r.got, "mean").find("[input 0 nhwc->nchw]"), std::string::npos) << all;
+  EXPECT_NE(kernel_of(r.got, "softmax").find("[result nchw->nhwc]"), std::string::npos) << all;
+  EXPECT_EQ(test::count(all, "nhwc->nchw"), 1) << all;
+  EXPECT_EQ(test::count(all, "nchw->nhwc"), 1) << all;
+  // every convolution but the one on the graph's input reads its input channels-last (q its post-op
+  // operand p too); all but the graph outputs' write so
+  EXPECT_EQ(test::count(all, "nhwc_in"), 4) << all;
+  EXPECT_EQ(test::count(all, "nhwc_out"), 3) << all;  // a, b, p (q's sum with p is output 2)
+  // and the row-major compile of the same graph has none of it
+  EXPECT_EQ(test::count([&] { std::string s; for (const auto& k : r.ref.kernels) s += k; return s; }(), "nhwc"), 0);
+}
+INSTANTIATE_TEST_SUITE_P(Layout, LayoutPlan, ::testing::Values(DType::f32, DType::bf16));
+
+// A group that is cheaper row-major stays so: a convolution's result read by two row-major-only
+// ops (a softmax and a reduction) and nothing else costs two conversions channels-last against one
+// reorder row-major.
+TEST(Layout, RowMajorWhereConversionsWouldCostMore) {
+  const int64_t N = 1, C = 3, H = 5, W = 7, O = 6;
+  test::OpCase c;
+  c.args = {{TensorType(DType::f32, {N, C, H, W})}, {TensorType(DType::f32, {O, C, 3, 3}), nullptr, true}};
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* a = g.add_node("conv", {in[0], in[1]}, conv_attrs(1, 1), "a")->out();
+    Value* sm = g.add_node("softmax", {a}, attrs({{"dim", int64_t{1}}}), "sm")->out();
+    Value* r = g.add_node("mean", {a}, attrs({{"dims", Shape{1}}, {"keepdim", false}}), "r")->out();
+    return std::vector<Value*>{sm, r};
+  };
+  c.ref_row_major = true;
+  c.ref_tol = test::Tol::exact_bits();
+  auto r = test::check_op(c);
+  std::string all;
+  for (const auto& k : r.got.kernels) all += k + "\n";
+  EXPECT_EQ(test::count(all, "nhwc"), 0) << all;
+}
+
+}  // namespace
+}  // namespace ag
