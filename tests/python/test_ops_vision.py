@@ -220,6 +220,56 @@ def test_unet_decoder(dtype):
     check(m, r(2, 3, 16, 12, dtype=dtype), **tol)
 
 
+class FpnHead(nn.Module):
+    """UperNet's decoder in small: lateral 1x1 convs, top-down upsample-and-add, a 3x3 conv per
+    level, every level upsampled to the finest and concatenated, a fusing conv; a ConvNeXt-style
+    residual add in the backbone and a spatial mean beside the logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.lat = nn.ModuleList([nn.Conv2d(8, 12, 1), nn.Conv2d(16, 12, 1)])
+        self.fpn = nn.ModuleList([nn.Sequential(nn.Conv2d(12, 12, 3, padding=1), nn.ReLU()) for _ in range(2)])
+        self.fuse = nn.Sequential(nn.Conv2d(24, 12, 3, padding=1), nn.BatchNorm2d(12), nn.ReLU())
+        self.head = nn.Conv2d(12, 5, 1)
+
+    def forward(self, x):
+        c1 = self.stem(x)
+        c1 = c1 + self.dw(c1) * 0.5
+        c2 = self.down(c1)
+        l1, l2 = self.lat[0](c1), self.lat[1](c2)
+        l1 = l1 + F.interpolate(l2, size=l1.shape[2:], mode="bilinear", align_corners=False)
+        p1, p2 = self.fpn[0](l1), self.fpn[1](l2)
+        p2 = F.interpolate(p2, size=p1.shape[2:], mode="bilinear", align_corners=False)
+        f = self.fuse(torch.cat([p1, p2], 1))
+        return self.head(f), f.mean((2, 3))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fpn_head_runs_channels_last(dtype, channels_last, engine_graphs):
+    """The decoder's upsamplings, adds and concatenation run on the convolutions' channels-last
+    bytes (their kernels say "[channels-last]"), with at most a conversion at a region's edge, and
+    the model matches eager for either memory format of the input."""
+    torch.manual_seed(0)
+    m = FpnHead().eval().to(dtype)
+    with torch.no_grad():
+        m.fuse[1].running_mean.uniform_(-0.5, 0.5)
+        m.fuse[1].running_var.uniform_(0.5, 2.0)
+    x = r(2, 3, 16, 12, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    tol = dict(atol=5e-2, rtol=5e-2) if dtype == torch.bfloat16 else {}
+    check(m, x, **tol)
+    kernels = [k for _, _, k in (i for g in engine_graphs for i in g.exe.instructions())]
+    clear = [k for k in kernels if k.endswith("[channels-last]")]
+    assert any(k.startswith("resize2d_bilinear_nhwc") for k in clear), kernels
+    assert any(k.startswith("cat") for k in clear), kernels
+    assert sum("nhwc->nchw" in k or "nchw->nhwc" in k for k in kernels) <= 2, kernels
+
+
 # ----------------------------------------------------------------------------- pad modes, pixel shuffle
 PADS = [  # input shape, pad
     ((2, 3, 7), (2, 3)),
