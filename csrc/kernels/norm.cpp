@@ -15,6 +15,7 @@ namespace ag {
 namespace {
 
 constexpr int kLanes = 8;
+constexpr int64_t kMaxGroupsOnStack = 512;  // group_norm's channels-last kernel keeps two stats per group on the stack
 
 void check_param(const char* op, const char* what, const TensorType& p, const Shape& want, DType xdt) {
   AG_CHECK(p.shape() == want, op, ": ", what, " has shape ", shape_str(p.shape()), ", expected ", shape_str(want));
@@ -255,6 +256,85 @@ void run_group_norm(int64_t N, int64_t C, int64_t HW, int64_t G, double eps_d, c
   });
 }
 
+// Channels-last input ([N, H, W, C] bytes of a 4-D x: BuildCtx::channels_last): per sample, each of
+// `chunks` pixel ranges sums every channel (vectorized along C) into its own row of `part`
+// ([chunks, C]); a group's sums are folded from those rows. Two passes as above (the mean, then the
+// squared deviations from it), then the result written NHWC, or NCHW when `out_nhwc` is false.
+// Scratch: part, then per-channel mean, scale and shift (C each).
+template <typename T, typename W>
+void run_group_norm_nhwc(int64_t N, int64_t C, int64_t HW, int64_t G, double eps_d, const T* x, const W* w,
+                         const W* bias, T* y, bool out_nhwc, int64_t chunks, void* scratch) {
+  using A = acc_t<T>;
+  const A eps = static_cast<A>(eps_d);
+  const int64_t D = C / G;
+  A* part = static_cast<A*>(scratch);
+  A *mc = part + chunks * C, *sc = mc + C, *sh = sc + C;
+  auto range = [&](int64_t k) { return std::pair<int64_t, int64_t>{k * HW / chunks, (k + 1) * HW / chunks}; };
+  // per chunk and channel: sum of f(x) over the chunk's pixels; then per group over chunks and its channels
+  auto group_sums = [&](const T* xs, bool centered, A* out) {
+    parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        A* acc = part + k * C;
+        std::fill(acc, acc + C, A(0));
+        const auto [p0, p1] = range(k);
+        for (int64_t p = p0; p < p1; ++p) {
+          const T* row = xs + p * C;
+          if (centered) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) {
+              const A d = load(row[c]) - mc[c];
+              acc[c] += d * d;
+            }
+          } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) acc[c] += load(row[c]);
+          }
+        }
+      }
+    });
+    for (int64_t g = 0; g < G; ++g) {
+      A s = 0;
+      for (int64_t k = 0; k < chunks; ++k)
+        for (int64_t d = 0; d < D; ++d) s += part[k * C + g * D + d];
+      out[g] = s;
+    }
+  };
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xs = x + n * HW * C;
+    T* ys = y + n * HW * C;
+    A stat[2 * kMaxGroupsOnStack];
+    A *mean = stat, *rstd = stat + G;
+    group_sums(xs, false, mean);
+    for (int64_t g = 0; g < G; ++g) {
+      mean[g] /= static_cast<A>(D * HW);
+      std::fill(mc + g * D, mc + (g + 1) * D, mean[g]);
+    }
+    group_sums(xs, true, rstd);
+    for (int64_t g = 0; g < G; ++g) rstd[g] = A(1) / std::sqrt(rstd[g] / static_cast<A>(D * HW) + eps);
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t g = c / D;
+      sc[c] = w ? rstd[g] * static_cast<A>(load(w[c])) : rstd[g];
+      sh[c] = (bias ? static_cast<A>(load(bias[c])) : A(0)) - mean[g] * sc[c];
+    }
+    parallel_for(HW, grain_for(2 * C), [&](int64_t b, int64_t e) {
+      if (out_nhwc) {
+        for (int64_t p = b; p < e; ++p) {
+          const T* row = xs + p * C;
+          T* o = ys + p * C;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) store(o[c], static_cast<A>(load(row[c]) * sc[c] + sh[c]));
+        }
+        return;
+      }
+      for (int64_t p0 = b; p0 < e; p0 += 16) {  // (16 pixels at a time: each channel's run of 16 in NCHW)
+        const int64_t p1 = std::min(e, p0 + 16);
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t p = p0; p < p1; ++p) store(ys[c * HW + p], static_cast<A>(load(xs[p * C + c]) * sc[c] + sh[c]));
+      }
+    });
+  }
+}
+
 std::unique_ptr<Kernel> make_group_norm(const Node& n, const BuildCtx& ctx) {
   const TensorType& x = n.inputs[0]->type;
   const int64_t N = x.size(0), C = x.size(1), G = n.attrs.i("groups");
@@ -264,6 +344,31 @@ std::unique_ptr<Kernel> make_group_norm(const Node& n, const BuildCtx& ctx) {
   const int wi = hw ? 1 : -1, bi = hb ? 1 + hw : -1;
   const bool wf32 = (hw || hb) && n.inputs[1]->type.dtype == DType::f32 && x.dtype != DType::f32;
   std::unique_ptr<Kernel> k;
+  const bool in_nhwc = ctx.nhwc(n.inputs[0]->id), out_nhwc = ctx.nhwc(n.out()->id);
+  AG_CHECK(!out_nhwc || in_nhwc, "group_norm: node ", n.context(), ": a channels-last result needs a channels-last input");
+  if (in_nhwc) {
+    AG_CHECK(x.rank() == 4 && G <= kMaxGroupsOnStack, "group_norm: node ", n.context(),
+             ": a channels-last input needs a 4-D x and at most ", kMaxGroupsOnStack, " groups");
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(HW, 4 * std::max(num_threads(), 1)));
+    AG_DISPATCH_FLOAT(x.dtype, "group_norm", [&] {
+      using A = acc_t<scalar_t>;
+      const size_t bytes = static_cast<size_t>((chunks + 3) * C) * sizeof(A);
+      auto mk = [&]<typename W>() {
+        k = make_fn_kernel(out_nhwc ? "group_norm_nhwc" : "group_norm_nhwc_in", bytes,
+                           [=](void* const* in, void* const* out, void* scratch) {
+                             if (numel == 0) return;
+                             run_group_norm_nhwc<scalar_t, W>(
+                                 N, C, HW, G, eps, static_cast<const scalar_t*>(in[0]),
+                                 wi >= 0 ? static_cast<const W*>(in[wi]) : nullptr,
+                                 bi >= 0 ? static_cast<const W*>(in[bi]) : nullptr, static_cast<scalar_t*>(out[0]),
+                                 out_nhwc, chunks, scratch);
+                           });
+      };
+      if (wf32) mk.template operator()<float>();
+      else mk.template operator()<scalar_t>();
+    });
+    return k;
+  }
   AG_DISPATCH_FLOAT(x.dtype, "group_norm", [&] {
     auto mk = [&]<typename W>() {
       k = make_fn_kernel("group_norm", [=](void* const* in, void* const* out) {
@@ -288,7 +393,14 @@ AG_REGISTER_OP(rms_norm, {.name = "rms_norm", .min_inputs = 1, .max_inputs = 2, 
                           .make_kernel = make_rowwise<true>, .props = kNoProps});
 AG_REGISTER_OP(batch_norm, {.name = "batch_norm", .min_inputs = 3, .max_inputs = 5, .infer = infer_batch_norm,
                             .make_kernel = make_batch_norm, .props = kNoProps});
+// Channels-last (OpDef::channels_last): a 4-D group norm reads NHWC and passes it on (a channels-last
+// result only from a channels-last input).
+static bool group_norm_channels_last(const Node& n, int i) {
+  const TensorType& x = n.inputs[0]->type;
+  return (i == 0 || i == kPassesChannelsLast) && x.rank() == 4 && n.attrs.i("groups") <= kMaxGroupsOnStack;
+}
+
 AG_REGISTER_OP(group_norm, {.name = "group_norm", .min_inputs = 1, .max_inputs = 3, .infer = infer_group_norm,
-                            .make_kernel = make_group_norm, .props = kNoProps});
+                            .make_kernel = make_group_norm, .props = kNoProps, .channels_last = group_norm_channels_last});
 
 }  // namespace ag

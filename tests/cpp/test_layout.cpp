@@ -76,6 +76,39 @@ TEST_P(LayoutPlan, FpnHeadKeepsChannelsLastBetweenItsEdges) {
 }
 INSTANTIATE_TEST_SUITE_P(Layout, LayoutPlan, ::testing::Values(DType::f32, DType::bf16));
 
+// A diffusion-style block: conv -> group norm (weight, bias) -> SiLU -> conv, all channels-last; and a
+// second group norm of the conv's result (2 groups, no affine) that only a reduction reads (written
+// NCHW directly).
+// Against the all-row-major compile, f32 and bf16 (statistics summed in another order).
+TEST_P(LayoutPlan, GroupNormReadsAndPassesChannelsLast) {
+  const DType t = GetParam();
+  const int64_t N = 2, C = 3, H = 9, W = 7, O = 16, G = 4;
+  test::OpCase c;
+  c.args = {{TensorType(t, {N, C, H, W})},
+            {TensorType(t, {O, C, 3, 3}), nullptr, true},
+            {TensorType(t, {O}), nullptr, true},
+            {TensorType(t, {O}), nullptr, true},
+            {TensorType(t, {O, O, 3, 3}), nullptr, true}};
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* a = g.add_node("conv", {in[0], in[1]}, conv_attrs(1, 1), "a")->out();
+    auto gn = attrs({{"groups", G}, {"eps", 1e-5}, {"has_weight", true}, {"has_bias", true}});
+    Value* n1 = g.add_node("group_norm", {a, in[2], in[3]}, gn, "gn1")->out();
+    Value* y = g.add_node("conv", {g.add_node("silu", {n1}, {}, "act")->out(), in[4]}, conv_attrs(1, 1), "b")->out();
+    auto gn_plain = attrs({{"groups", int64_t{2}}, {"eps", 1e-5}, {"has_weight", false}, {"has_bias", false}});
+    Value* n2 = g.add_node("group_norm", {a}, gn_plain, "gn2")->out();
+    return std::vector<Value*>{y, g.add_node("mean", {n2}, attrs({{"dims", Shape{1}}, {"keepdim", false}}), "m")->out()};
+  };
+  c.ref_row_major = true;
+  c.ref_tol = t == DType::bf16 ? test::Tol{3e-2, 3e-2} : test::Tol{1e-4, 1e-4};
+  auto r = test::check_op(c);
+  std::string all;
+  for (const auto& k : r.got.kernels) all += k + "\n";
+  EXPECT_EQ(test::count(all, "group_norm_nhwc\n"), 1) << all;  // gn1: channels-last in and out
+  EXPECT_EQ(test::count(all, "group_norm_nhwc_in\n"), 1) << all;  // gn2: NCHW out for the mean
+  EXPECT_NE(kernel_of(r.got, "silu").find("[channels-last]"), std::string::npos) << all;
+  EXPECT_EQ(test::count(all, "->"), 0) << all;  // no conversion anywhere
+}
+
 // A group that is cheaper row-major stays so: a convolution's result read by two row-major-only
 // ops (a softmax and a reduction) and nothing else costs two conversions channels-last against one
 // reorder row-major.
