@@ -424,10 +424,6 @@ class ConvKernel final : public Kernel {
   Exec exec_;
   Reorder in_ro_, out_ro_;
   bool in_nhwc_ = false, out_nhwc_ = false;  // channels-last input / result (BuildCtx::channels_last)
-  // An activation's descriptor: row-major, or NHWC bytes of the logical [N, C, H, W] `s`.
-  static dnnl::memory::desc activation_desc(const Shape& s, dt d, bool nhwc) {
-    return nhwc ? dnnl::memory::desc(to_dims(s), d, tag::nhwc) : plain_desc(s, d);
-  }
   dnnl::memory::desc w_plain_, w_md_;
   Buffer packed_, bias_c_;  // prepacked weights; a constant bias widened to f32
   ScratchLayout scratch_;

@@ -94,6 +94,8 @@ class DeconvKernel final : public Kernel {
     O_ = os_[1];
     const int64_t sp = static_cast<int64_t>(xs_.size()) - 2;
     DeconvParams p = deconv_params(n.attrs, sp);
+    in_nhwc_ = ctx.nhwc(n.inputs[0]->id);  // channels-last values (deconv_channels_last)
+    out_nhwc_ = ctx.nhwc(n.outputs[0]->id);
     const void* w_const = n.inputs[1]->is_const() ? n.inputs[1]->storage->data : nullptr;
     const void* b_const = has_bias_ && n.inputs[2]->is_const() ? n.inputs[2]->storage->data : nullptr;
     w_const_ = w_const != nullptr;
@@ -137,8 +139,9 @@ class DeconvKernel final : public Kernel {
       wst.erase(wst.begin());
     }
     auto build = [&](dt d) -> bool {
-      auto x_md = dnnl::memory::desc(to_dims(xs_), d, tag::any);
-      auto o_md = dnnl::memory::desc(to_dims(ds_), d, tag::any);
+      const tag act = in_nhwc_ || out_nhwc_ ? tag::nhwc : tag::any;
+      auto x_md = dnnl::memory::desc(to_dims(xs_), d, act);
+      auto o_md = dnnl::memory::desc(to_dims(ds_), d, act);
       w_plain_ = dnnl::memory::desc(to_dims(wg), d, to_dims(wst));
       auto w_md = w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : w_plain_;
       dnnl::deconvolution_forward::primitive_desc pd;
@@ -160,14 +163,14 @@ class DeconvKernel final : public Kernel {
       exec_.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
       exec_.bind(DNNL_ARG_DST, pd.dst_desc());
       if (has_bias_) exec_.bind(DNNL_ARG_BIAS, pd.bias_desc());
-      in_ro_.init(plain_desc(xs_, d), pd.src_desc());
-      out_ro_.init(pd.dst_desc(), plain_desc(ds_, d));
+      in_ro_.init(activation_desc(xs_, d, in_nhwc_), pd.src_desc());
+      out_ro_.init(pd.dst_desc(), activation_desc(ds_, d, out_nhwc_));
       x_blk_bytes_ = pd.src_desc().get_size();
       o_blk_bytes_ = pd.dst_desc().get_size();
       w_md_ = pd.weights_desc();
       name_ = std::string("onednn_conv_transpose_") + dtype_name(t_) +
               (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") + " (" + impl + ")" +
-              (cropped_ ? " + bias border" : "");
+              (cropped_ ? " + bias border" : "") + (in_nhwc_ ? " nhwc_in" : "") + (out_nhwc_ ? " nhwc_out" : "");
       return true;
     };
     if (t_ == DType::f32 || !build(to_dnnl(t_))) {
@@ -177,6 +180,8 @@ class DeconvKernel final : public Kernel {
     }
     // the primitive's plain result goes to out when it needs no widening or border
     const bool direct = !emu_ && !cropped_;
+    AG_CHECK(!out_nhwc_ || direct, "conv_transpose: node ", n.context(),
+             ": a channels-last result needs a float32 primitive and no cropped border");
     if (!direct) d_plain_ = scratch_.add(d_n_ * (emu_ ? 4 : dtype_size(t_)));
     if (emu_) {
       x_f32_ = scratch_.add(x_n_ * 4);
@@ -306,6 +311,7 @@ class DeconvKernel final : public Kernel {
   DType t_;
   Shape xs_, ws_, os_, ds_;
   bool has_bias_ = false, emu_ = false, empty_ = false, zero_ = false, w_const_ = false, cropped_ = false;
+  bool in_nhwc_ = false, out_nhwc_ = false;
   int64_t x_n_ = 0, w_n_ = 0, o_n_ = 0, d_n_ = 0, O_ = 0;
   Exec exec_;
   Reorder in_ro_, out_ro_;
@@ -322,7 +328,23 @@ std::unique_ptr<Kernel> make_deconv(const Node& n, const BuildCtx& ctx) { return
 
 }  // namespace
 
+// Channels-last (OpDef::channels_last): a 2-D transposed convolution, f32 or bf16, with nothing
+// empty, reads its input NHWC; a float32 one whose output keeps its whole border (padding >=
+// output_padding: no cropping by hand) may write its result so too.
+static bool deconv_channels_last(const Node& n, int i) {
+  if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
+  if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
+  if (x.numel() == 0 || w.numel() == 0 || o.numel() == 0) return false;
+  if (i == 0 || i == kPrefersChannelsLast) return true;
+  if (i != kWritesChannelsLast && i != kPassesChannelsLast) return false;
+  const DeconvParams p = deconv_params(n.attrs, 2);
+  for (int d = 0; d < 2; ++d)
+    if (p.padding[d] < p.output_padding[d]) return false;
+  return x.dtype == DType::f32;
+}
+
 AG_REGISTER_OP(conv_transpose, {.name = "conv_transpose", .min_inputs = 2, .max_inputs = 3, .infer = infer_deconv,
-                                .make_kernel = make_deconv, .props = kCostlyKernel});
+                                .make_kernel = make_deconv, .props = kCostlyKernel, .channels_last = deconv_channels_last});
 
 }  // namespace ag

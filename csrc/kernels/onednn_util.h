@@ -35,6 +35,11 @@ bool has_dnnl_type(DType t);
 // Row-major (contiguous) descriptor of `shape`.
 dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type dt);
 dnnl::memory::dims to_dims(const Shape& s);
+// An activation's descriptor: row-major, or (nhwc) NHWC bytes of the logical [N, C, H, W] `s`
+// (BuildCtx::channels_last).
+inline dnnl::memory::desc activation_desc(const Shape& s, dnnl::memory::data_type dt, bool nhwc) {
+  return nhwc ? dnnl::memory::desc(to_dims(s), dt, dnnl::memory::format_tag::nhwc) : plain_desc(s, dt);
+}
 
 // A 64-byte aligned heap buffer owned by a kernel (scratch, prepacked weights).
 struct Buffer {

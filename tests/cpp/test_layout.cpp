@@ -109,6 +109,46 @@ TEST_P(LayoutPlan, GroupNormReadsAndPassesChannelsLast) {
   EXPECT_EQ(test::count(all, "->"), 0) << all;  // no conversion anywhere
 }
 
+// A UNet decoder's upsampling by transposed convolutions between convolutions: one keeping its
+// border (2x2 stride 2) reads and writes channels-last (f32; a bf16 one writes NCHW), one whose
+// output_padding exceeds its padding (the border is filled by hand) reads channels-last and
+// writes NCHW. Against the all-row-major compile.
+TEST_P(LayoutPlan, TransposedConvolutionsBetweenConvolutions) {
+  const DType t = GetParam();
+  const int64_t N = 2, C = 3, H = 5, W = 4, O = 8;
+  test::OpCase c;
+  c.args = {{TensorType(t, {N, C, H, W})},
+            {TensorType(t, {O, C, 3, 3}), nullptr, true},
+            {TensorType(t, {O, O, 2, 2}), nullptr, true},
+            {TensorType(t, {O}), nullptr, true},
+            {TensorType(t, {O, O, 3, 3}), nullptr, true},
+            {TensorType(t, {O, O, 3, 3}), nullptr, true}};
+  auto deconv = [](int64_t pad, int64_t out_pad) {
+    return attrs({{"stride", Shape{2, 2}}, {"padding", Shape{pad, pad}}, {"output_padding", Shape{out_pad, out_pad}},
+                  {"dilation", Shape{1, 1}}, {"groups", int64_t{1}}});
+  };
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* a = g.add_node("conv", {in[0], in[1]}, conv_attrs(1, 1), "a")->out();
+    Value* u = g.add_node("conv_transpose", {a, in[2], in[3]}, deconv(0, 0), "up")->out();
+    u = g.add_node("relu", {u}, {}, "act")->out();
+    Value* y = g.add_node("conv", {u, in[4]}, conv_attrs(1, 1), "y")->out();
+    Value* v = g.add_node("conv_transpose", {a, in[5]}, deconv(0, 1), "up_cropped")->out();
+    Value* z = g.add_node("conv", {v, in[4]}, conv_attrs(1, 1), "z")->out();
+    return std::vector<Value*>{y, z};
+  };
+  c.ref_row_major = true;
+  c.ref_tol = t == DType::bf16 ? test::Tol{3e-2, 3e-2} : test::Tol{1e-4, 1e-4};
+  auto r = test::check_op(c);
+  std::string all;
+  for (const auto& k : r.got.kernels) all += k + "\n";
+  EXPECT_EQ(test::count(all, "onednn_conv_transpose"), 2) << all;
+  EXPECT_EQ(test::count(all, "bias border nhwc_in\n"), 1) << all;  // the cropped one: NHWC in, NCHW out
+  if (t == DType::f32) EXPECT_EQ(test::count(all, ") nhwc_in nhwc_out\n"), 1) << all;
+  // (bf16: the upsampled group stays NCHW: converting the transposed convolution's result would cost
+  // what the next convolution's reorder costs)
+  EXPECT_EQ(test::count(all, "->"), 0) << all;
+}
+
 // A group that is cheaper row-major stays so: a convolution's result read by two row-major-only
 // ops (a softmax and a reduction) and nothing else costs two conversions channels-last against one
 // reorder row-major.
