@@ -444,11 +444,9 @@ std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return s
 // (activations only) does not depend on where an element is, it also reads a full-size post-op
 // operand NHWC and may write its result so from either layout of its input.
 static bool conv_channels_last(const Node& n, int i) {
-  if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
-  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
-  if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
-  if (x.numel() == 0 || w.numel() == 0 || o.numel() == 0) return false;
+  if (!nhwc_conv_node(n)) return false;
   if (i == 0 || i == kPrefersChannelsLast) return true;
+  const TensorType& o = n.outputs[0]->type;
   bool unary_seen = false;
   for (int64_t c : n.attrs.ints("post_ops", {})) {
     if (!epi::is_binary(c)) unary_seen = true;

@@ -332,16 +332,13 @@ std::unique_ptr<Kernel> make_deconv(const Node& n, const BuildCtx& ctx) { return
 // empty, reads its input NHWC; a float32 one whose output keeps its whole border (padding >=
 // output_padding: no cropping by hand) may write its result so too.
 static bool deconv_channels_last(const Node& n, int i) {
-  if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
-  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
-  if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
-  if (x.numel() == 0 || w.numel() == 0 || o.numel() == 0) return false;
+  if (!nhwc_conv_node(n)) return false;
   if (i == 0 || i == kPrefersChannelsLast) return true;
   if (i != kWritesChannelsLast && i != kPassesChannelsLast) return false;
   const DeconvParams p = deconv_params(n.attrs, 2);
   for (int d = 0; d < 2; ++d)
     if (p.padding[d] < p.output_padding[d]) return false;
-  return x.dtype == DType::f32;
+  return n.inputs[0]->type.dtype == DType::f32;
 }
 
 AG_REGISTER_OP(conv_transpose, {.name = "conv_transpose", .min_inputs = 2, .max_inputs = 3, .infer = infer_deconv,

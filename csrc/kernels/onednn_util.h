@@ -16,6 +16,7 @@
 #include "base/kernel.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
+#include "ir/graph.h"
 #include "ir/serialize.h"
 #include "ir/types.h"
 
@@ -39,6 +40,15 @@ dnnl::memory::dims to_dims(const Shape& s);
 // (BuildCtx::channels_last).
 inline dnnl::memory::desc activation_desc(const Shape& s, dnnl::memory::data_type dt, bool nhwc) {
   return nhwc ? dnnl::memory::desc(to_dims(s), dt, dnnl::memory::format_tag::nhwc) : plain_desc(s, dt);
+}
+
+// A 2-D convolution or transposed one (inputs x, w, ...) that oneDNN runs on NHWC activations: one
+// result, x and it 4-D, f32 or bf16, nothing empty (their OpDef::channels_last start here).
+inline bool nhwc_conv_node(const Node& n) {
+  if (n.outputs.size() != 1 || n.inputs.size() < 2) return false;
+  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
+  if (x.rank() != 4 || o.rank() != 4 || !(x.dtype == DType::f32 || x.dtype == DType::bf16)) return false;
+  return x.numel() != 0 && w.numel() != 0 && o.numel() != 0;
 }
 
 // A 64-byte aligned heap buffer owned by a kernel (scratch, prepacked weights).
