@@ -205,13 +205,7 @@ class ConvKernel final : public Kernel {
           pa.input = -1;  // nothing to do per call
         }
       }
-      // (what runs by hand reads a full operand's bytes in the order of the row-major result's)
-      for (size_t i = k_dnnl_; i < epi_.ops.size(); ++i)
-        AG_CHECK(epi_.ops[i].mode != epi::Mode::Full || epi_.ops[i].cdata || !ctx.nhwc(n.inputs[epi_.ops[i].input]->id),
-                 "conv: node ", n.context(), ": post-op ", i, " runs by hand on a channels-last operand");
-      // (the result's bytes are NHWC: what runs by hand on them must not depend on an element's place)
-      AG_CHECK(!out_nhwc_ || k_dnnl_ == epi_.binary_end(k0_), "conv: node ", n.context(), ": oneDNN took ", k_dnnl_,
-               " of the ", epi_.binary_end(k0_), " binary post-ops of a channels-last result");
+      plan_by_hand(n, ctx);
       name_ = std::string("onednn_conv_") + dtype_name(t_) + (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") +
               " (" + impl + ")" + post_name(k_dnnl_) + (in_nhwc_ ? " nhwc_in" : "") + (out_nhwc_ ? " nhwc_out" : "");
       if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
@@ -245,6 +239,7 @@ class ConvKernel final : public Kernel {
       if (pa.widen != DType::f32) pa.wide_off = scratch_.add(pa.n * 4);
       if (pa.ro.needed) pa.buf_off = scratch_.add(pa.bytes);
     }
+    for (HandReorder& h : hand_ro_) h.buf_off = scratch_.add(h.ro.to_md.get_size());
     if (k0_) fold_bias(b_const);
     if (w_const) {  // prepack once
       std::function<void(float*)> fold;
@@ -274,6 +269,7 @@ class ConvKernel final : public Kernel {
     st->in_ro = in_ro_.make_args();
     st->out_ro = out_ro_.make_args();
     for (const PostArg& pa : post_) st->post.push_back(pa.input >= 0 ? pa.ro.make_args() : Args{});
+    for (const HandReorder& h : hand_ro_) st->hand_ro.push_back(h.ro.make_args());
     return st;
   }
 
@@ -307,7 +303,21 @@ class ConvKernel final : public Kernel {
     st.exec.set(DNNL_ARG_DST, o);
     exec_.run(st.exec, ScratchLayout::at(ctx, pad_));
     if (out_ro_.needed) out_ro_.run(st.out_ro, o, o_plain);
-    if (k_dnnl_ < epi_.ops.size()) epi_.apply_all(static_cast<float*>(o_plain), o_n_ / epi_.L, in, k_dnnl_);
+    if (k_dnnl_ < epi_.ops.size()) {
+      void* const* args = in;
+      void* swapped[kMaxHandInputs];
+      if (!hand_ro_.empty()) {  // full operands in another layout than the result's, reordered first
+        std::copy(in, in + n_in_, swapped);
+        for (size_t i = 0; i < hand_ro_.size(); ++i) {
+          const HandReorder& h = hand_ro_[i];
+          void* dst = ScratchLayout::at(ctx, h.buf_off);
+          h.ro.run(st.hand_ro[i], in[h.input], dst);
+          swapped[h.input] = dst;
+        }
+        args = swapped;
+      }
+      hand_.apply_all(static_cast<float*>(o_plain), o_n_ / hand_.L, args, k_dnnl_);
+    }
     if (f32_out) from_f32(t_, static_cast<float*>(o_plain), out[0], o_n_);
   }
 
@@ -316,7 +326,39 @@ class ConvKernel final : public Kernel {
   struct State : KernelState {
     Args exec, in_ro, out_ro;
     std::vector<Args> post;  // per post-op operand reorder (empty for constants)
+    std::vector<Args> hand_ro;  // per HandReorder
   };
+
+  // The post-ops run by hand (from k_dnnl_) read the result in its layout: on NHWC bytes a row is a
+  // pixel's C channels, so a per-channel operand indexes the row's columns (Col), and a full-size
+  // operand whose layout is not the result's is reordered into it first (HandReorder, per call).
+  static constexpr size_t kMaxHandInputs = 16;
+  struct HandReorder {
+    Reorder ro;
+    int input = 0;
+    size_t buf_off = kNone;
+  };
+  void plan_by_hand(const Node& n, const BuildCtx& ctx) {
+    hand_ = epi_;
+    hand_ro_.clear();
+    n_in_ = n.inputs.size();
+    if (k_dnnl_ >= epi_.ops.size()) return;
+    if (out_nhwc_) {
+      hand_.L = O_;
+      for (size_t i = k_dnnl_; i < hand_.ops.size(); ++i)
+        if (hand_.ops[i].mode == epi::Mode::Channel) hand_.ops[i].mode = epi::Mode::Col;
+    }
+    for (size_t i = k_dnnl_; i < epi_.ops.size(); ++i) {
+      const epi::Op& op = epi_.ops[i];
+      if (op.mode != epi::Mode::Full || op.cdata || ctx.nhwc(n.inputs[op.input]->id) == out_nhwc_) continue;
+      AG_CHECK(n_in_ <= kMaxHandInputs, "conv: node ", n.context(), " has too many post-op operands");
+      HandReorder h;
+      const dt od = to_dnnl(op.dt);
+      h.ro.init(activation_desc(op.shape, od, !out_nhwc_), activation_desc(op.shape, od, out_nhwc_));
+      h.input = op.input;
+      hand_ro_.push_back(std::move(h));
+    }
+  }
 
   void run_zero(void* const* in, void* const* out, const RunCtx& ctx) const {
     float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : ScratchLayout::at<float>(ctx, out_f32_);
@@ -411,7 +453,9 @@ class ConvKernel final : public Kernel {
   };
 
   DType t_;
-  epi::Epilogue epi_;
+  epi::Epilogue epi_, hand_;  // hand_: epi_ as the post-ops from k_dnnl_ run by hand see the result (plan_by_hand)
+  std::vector<HandReorder> hand_ro_;
+  size_t n_in_ = 0;
   std::vector<PostArg> post_;
   size_t k_dnnl_ = 0;  // post-ops [k0_, k_dnnl_) run in the primitive, the rest by hand
   bool dst_f32_ = false;  // a 16-bit primitive writing f32 for the activations run by hand
@@ -438,27 +482,15 @@ std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return s
 }  // namespace
 
 // Channels-last (OpDef::channels_last; ConvKernel honours it): a 2-D convolution, f32 or bf16, with
-// nothing empty reads its input (0) NHWC (the primitive runs on NHWC; a row-major result is reordered
-// out of it before any post-op runs by hand). With a post-op chain whose operands (scalars, per
-// channel, full size) all come before its activations, so that what runs by hand on its result
-// (activations only) does not depend on where an element is, it also reads a full-size post-op
-// operand NHWC and may write its result so from either layout of its input.
+// nothing empty reads its input (0) and any full-size post-op operand NHWC and may write its result
+// so from either layout of its input (the primitive runs on NHWC; the post-ops it does not take run
+// by hand in the result's layout, plan_by_hand).
 static bool conv_channels_last(const Node& n, int i) {
   if (!nhwc_conv_node(n)) return false;
-  if (i == 0 || i == kPrefersChannelsLast) return true;
-  const TensorType& o = n.outputs[0]->type;
-  bool unary_seen = false;
-  for (int64_t c : n.attrs.ints("post_ops", {})) {
-    if (!epi::is_binary(c)) unary_seen = true;
-    else if (unary_seen) return false;
-  }
+  if (i == 0 || i == kPrefersChannelsLast || i == kWritesChannelsLast || i == kPassesChannelsLast) return true;
   const size_t nb = epi::base_inputs(n.inputs.size(), n.attrs);
-  for (size_t k = nb; k < n.inputs.size(); ++k) {
-    epi::Mode m;
-    if (!epi::classify(n.inputs[k]->type.shape(), o.shape(), true, &m)) return false;
-  }
-  if (i == kWritesChannelsLast || i == kPassesChannelsLast) return true;
-  return static_cast<size_t>(i) >= nb && n.inputs[i]->type.shape() == o.shape();  // (a full-size operand)
+  return i > 0 && static_cast<size_t>(i) >= nb && n.inputs.size() <= 16 &&
+         n.inputs[i]->type.shape() == n.outputs[0]->type.shape();  // (a full-size operand)
 }
 
 AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = -1, .infer = infer_conv,

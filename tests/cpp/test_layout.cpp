@@ -149,6 +149,44 @@ TEST_P(LayoutPlan, TransposedConvolutionsBetweenConvolutions) {
   EXPECT_EQ(test::count(all, "->"), 0) << all;
 }
 
+// A convolution whose fused chain runs partly by hand (an activation, then a per-channel scale and two
+// full-size adds: BN-ReLU followed by an FPN's upsampled sum) on a channels-last result: the scale
+// indexes channels along a pixel's row, the upsampled operand (channels-last) is read as it is, the
+// graph input operand (row-major) is reordered into the result's layout first. Against the all-row-
+// major compile, f32 and bf16.
+TEST_P(LayoutPlan, ConvPostOpsByHandOnAChannelsLastResult) {
+  const DType t = GetParam();
+  const int64_t N = 2, C = 3, H = 6, W = 10, O = 8;
+  test::OpCase c;
+  c.args = {{TensorType(t, {N, C, H, W})},
+            {TensorType(t, {N, O, H, W})},
+            {TensorType(t, {O, C, 3, 3}), nullptr, true},
+            {TensorType(t, {O, 1, 1}), nullptr, true},
+            {TensorType(t, {O, C, 3, 3}), nullptr, true},
+            {TensorType(t, {O, O, 3, 3}), nullptr, true}};
+  c.build = [&](Graph& g, const std::vector<Value*>& in) {
+    Value* b = g.add_node("conv", {in[0], in[4]}, conv_attrs(2, 1), "b")->out();
+    Value* u = g.add_node("resize2d", {b}, attrs({{"mode", std::string("bilinear")}, {"output_size", Shape{H, W}}}),
+                          "up")->out();
+    Value* a = g.add_node("conv", {in[0], in[2]}, conv_attrs(1, 1), "a")->out();
+    a = g.add_node("relu", {a}, {}, "act")->out();
+    a = g.add_node("mul", {a, in[3]}, {}, "scale")->out();
+    a = g.add_node("add", {a, u}, {}, "lateral")->out();
+    a = g.add_node("add", {a, in[1]}, {}, "skip")->out();
+    return std::vector<Value*>{g.add_node("conv", {a, in[5]}, conv_attrs(1, 1), "y")->out()};
+  };
+  c.ref_row_major = true;
+  c.ref_tol = t == DType::bf16 ? test::Tol{3e-2, 3e-2} : test::Tol{1e-4, 1e-4};
+  auto r = test::check_op(c);
+  std::string all;
+  for (const auto& k : r.got.kernels) all += k + "\n";
+  const std::string fused = kernel_of(r.got, "by hand: relu mul add add");
+  EXPECT_NE(fused.find("nhwc_out"), std::string::npos) << all;
+  EXPECT_NE(kernel_of(r.got, "resize2d").find("[channels-last]"), std::string::npos) << all;
+  EXPECT_NE(kernel_of(r.got, "conv").find("nhwc_out"), std::string::npos) << all;  // b
+  EXPECT_EQ(test::count(all, "->"), 0) << all;
+}
+
 // A group that is cheaper row-major stays so: a convolution's result read by two row-major-only
 // ops (a softmax and a reduction) and nothing else costs two conversions channels-last against one
 // reorder row-major.
