@@ -341,6 +341,7 @@ class ConvKernel final : public Kernel {
   void plan_by_hand(const Node& n, const BuildCtx& ctx) {
     hand_ = epi_;
     hand_ro_.clear();
+    hand_consts_.clear();
     n_in_ = n.inputs.size();
     if (k_dnnl_ >= epi_.ops.size()) return;
     if (out_nhwc_) {
@@ -350,7 +351,18 @@ class ConvKernel final : public Kernel {
     }
     for (size_t i = k_dnnl_; i < epi_.ops.size(); ++i) {
       const epi::Op& op = epi_.ops[i];
-      if (op.mode != epi::Mode::Full || op.cdata || ctx.nhwc(n.inputs[op.input]->id) == out_nhwc_) continue;
+      if (op.mode != epi::Mode::Full) continue;
+      if (op.cdata) {  // a constant (row-major) in the result's layout once, at build time
+        if (!out_nhwc_) continue;
+        const dt od = to_dnnl(op.dt);
+        Reorder ro;
+        ro.init(plain_desc(op.shape, od), activation_desc(op.shape, od, true));
+        hand_consts_.push_back(alloc_buffer(ro.to_md.get_size()));
+        ro.run_once(const_cast<void*>(op.cdata), hand_consts_.back().data());
+        hand_.ops[i].cdata = hand_consts_.back().data();
+        continue;
+      }
+      if (ctx.nhwc(n.inputs[op.input]->id) == out_nhwc_) continue;
       AG_CHECK(n_in_ <= kMaxHandInputs, "conv: node ", n.context(), " has too many post-op operands");
       HandReorder h;
       const dt od = to_dnnl(op.dt);
@@ -455,6 +467,7 @@ class ConvKernel final : public Kernel {
   DType t_;
   epi::Epilogue epi_, hand_;  // hand_: epi_ as the post-ops from k_dnnl_ run by hand see the result (plan_by_hand)
   std::vector<HandReorder> hand_ro_;
+  std::vector<Buffer> hand_consts_;  // constant full-size operands in a channels-last result's layout
   size_t n_in_ = 0;
   std::vector<PostArg> post_;
   size_t k_dnnl_ = 0;  // post-ops [k0_, k_dnnl_) run in the primitive, the rest by hand
@@ -487,10 +500,11 @@ std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return s
 // by hand in the result's layout, plan_by_hand).
 static bool conv_channels_last(const Node& n, int i) {
   if (!nhwc_conv_node(n)) return false;
-  if (i == 0 || i == kPrefersChannelsLast || i == kWritesChannelsLast || i == kPassesChannelsLast) return true;
+  if (i == 0 || i == kPrefersChannelsLast) return true;
+  if (n.inputs.size() > 16) return false;  // (operands swapped on the stack by hand: ConvKernel::kMaxHandInputs)
+  if (i == kWritesChannelsLast || i == kPassesChannelsLast) return true;
   const size_t nb = epi::base_inputs(n.inputs.size(), n.attrs);
-  return i > 0 && static_cast<size_t>(i) >= nb && n.inputs.size() <= 16 &&
-         n.inputs[i]->type.shape() == n.outputs[0]->type.shape();  // (a full-size operand)
+  return i > 0 && static_cast<size_t>(i) >= nb && n.inputs[i]->type.shape() == n.outputs[0]->type.shape();
 }
 
 AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = -1, .infer = infer_conv,

@@ -149,10 +149,11 @@ TEST_P(LayoutPlan, TransposedConvolutionsBetweenConvolutions) {
   EXPECT_EQ(test::count(all, "->"), 0) << all;
 }
 
-// A convolution whose fused chain runs partly by hand (an activation, then a per-channel scale and two
-// full-size adds: BN-ReLU followed by an FPN's upsampled sum) on a channels-last result: the scale
-// indexes channels along a pixel's row, the upsampled operand (channels-last) is read as it is, the
-// graph input operand (row-major) is reordered into the result's layout first. Against the all-row-
+// A convolution whose fused chain runs partly by hand (an activation, then a per-channel scale and
+// three full-size adds: BN-ReLU followed by an FPN's upsampled sum) on a channels-last result: the
+// scale indexes channels along a pixel's row, the upsampled operand (channels-last) is read as it is,
+// the graph input operand (row-major) is reordered into the result's layout per call, the constant
+// one once. Against the all-row-
 // major compile, f32 and bf16.
 TEST_P(LayoutPlan, ConvPostOpsByHandOnAChannelsLastResult) {
   const DType t = GetParam();
@@ -163,7 +164,8 @@ TEST_P(LayoutPlan, ConvPostOpsByHandOnAChannelsLastResult) {
             {TensorType(t, {O, C, 3, 3}), nullptr, true},
             {TensorType(t, {O, 1, 1}), nullptr, true},
             {TensorType(t, {O, C, 3, 3}), nullptr, true},
-            {TensorType(t, {O, O, 3, 3}), nullptr, true}};
+            {TensorType(t, {O, O, 3, 3}), nullptr, true},
+            {TensorType(t, {N, O, H, W}), nullptr, true}};
   c.build = [&](Graph& g, const std::vector<Value*>& in) {
     Value* b = g.add_node("conv", {in[0], in[4]}, conv_attrs(2, 1), "b")->out();
     Value* u = g.add_node("resize2d", {b}, attrs({{"mode", std::string("bilinear")}, {"output_size", Shape{H, W}}}),
@@ -173,6 +175,7 @@ TEST_P(LayoutPlan, ConvPostOpsByHandOnAChannelsLastResult) {
     a = g.add_node("mul", {a, in[3]}, {}, "scale")->out();
     a = g.add_node("add", {a, u}, {}, "lateral")->out();
     a = g.add_node("add", {a, in[1]}, {}, "skip")->out();
+    a = g.add_node("add", {a, in[6]}, {}, "bias_map")->out();
     return std::vector<Value*>{g.add_node("conv", {a, in[5]}, conv_attrs(1, 1), "y")->out()};
   };
   c.ref_row_major = true;
@@ -180,7 +183,7 @@ TEST_P(LayoutPlan, ConvPostOpsByHandOnAChannelsLastResult) {
   auto r = test::check_op(c);
   std::string all;
   for (const auto& k : r.got.kernels) all += k + "\n";
-  const std::string fused = kernel_of(r.got, "by hand: relu mul add add");
+  const std::string fused = kernel_of(r.got, "by hand: relu mul add add add");
   EXPECT_NE(fused.find("nhwc_out"), std::string::npos) << all;
   EXPECT_NE(kernel_of(r.got, "resize2d").find("[channels-last]"), std::string::npos) << all;
   EXPECT_NE(kernel_of(r.got, "conv").find("nhwc_out"), std::string::npos) << all;  // b
