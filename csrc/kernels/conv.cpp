@@ -81,6 +81,9 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
   return {out};
 }
 
+// Post-ops a convolution runs by hand swap operand pointers in a stack array of this many inputs.
+constexpr size_t kMaxHandInputs = 16;
+
 class ConvKernel final : public Kernel {
  public:
   ConvKernel(const Node& n, const BuildCtx& ctx) {
@@ -332,7 +335,6 @@ class ConvKernel final : public Kernel {
   // The post-ops run by hand (from k_dnnl_) read the result in its layout: on NHWC bytes a row is a
   // pixel's C channels, so a per-channel operand indexes the row's columns (Col), and a full-size
   // operand whose layout is not the result's is reordered into it first (HandReorder, per call).
-  static constexpr size_t kMaxHandInputs = 16;
   struct HandReorder {
     Reorder ro;
     int input = 0;
@@ -501,7 +503,7 @@ std::unique_ptr<Kernel> make_conv(const Node& n, const BuildCtx& ctx) { return s
 static bool conv_channels_last(const Node& n, int i) {
   if (!nhwc_conv_node(n)) return false;
   if (i == 0 || i == kPrefersChannelsLast) return true;
-  if (n.inputs.size() > 16) return false;  // (operands swapped on the stack by hand: ConvKernel::kMaxHandInputs)
+  if (n.inputs.size() > kMaxHandInputs) return false;  // (operands swapped on the stack by hand)
   if (i == kWritesChannelsLast || i == kPassesChannelsLast) return true;
   const size_t nb = epi::base_inputs(n.inputs.size(), n.attrs);
   return i > 0 && static_cast<size_t>(i) >= nb && n.inputs[i]->type.shape() == n.outputs[0]->type.shape();

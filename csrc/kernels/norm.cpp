@@ -346,37 +346,21 @@ std::unique_ptr<Kernel> make_group_norm(const Node& n, const BuildCtx& ctx) {
   std::unique_ptr<Kernel> k;
   const bool in_nhwc = ctx.nhwc(n.inputs[0]->id), out_nhwc = ctx.nhwc(n.out()->id);
   AG_CHECK(!out_nhwc || in_nhwc, "group_norm: node ", n.context(), ": a channels-last result needs a channels-last input");
-  if (in_nhwc) {
-    AG_CHECK(x.rank() == 4 && G <= kMaxGroupsOnStack, "group_norm: node ", n.context(),
-             ": a channels-last input needs a 4-D x and at most ", kMaxGroupsOnStack, " groups");
-    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(HW, 4 * std::max(num_threads(), 1)));
-    AG_DISPATCH_FLOAT(x.dtype, "group_norm", [&] {
-      using A = acc_t<scalar_t>;
-      const size_t bytes = static_cast<size_t>((chunks + 3) * C) * sizeof(A);
-      auto mk = [&]<typename W>() {
-        k = make_fn_kernel(out_nhwc ? "group_norm_nhwc" : "group_norm_nhwc_in", bytes,
-                           [=](void* const* in, void* const* out, void* scratch) {
-                             if (numel == 0) return;
-                             run_group_norm_nhwc<scalar_t, W>(
-                                 N, C, HW, G, eps, static_cast<const scalar_t*>(in[0]),
-                                 wi >= 0 ? static_cast<const W*>(in[wi]) : nullptr,
-                                 bi >= 0 ? static_cast<const W*>(in[bi]) : nullptr, static_cast<scalar_t*>(out[0]),
-                                 out_nhwc, chunks, scratch);
-                           });
-      };
-      if (wf32) mk.template operator()<float>();
-      else mk.template operator()<scalar_t>();
-    });
-    return k;
-  }
+  AG_CHECK(!in_nhwc || (x.rank() == 4 && G <= kMaxGroupsOnStack), "group_norm: node ", n.context(),
+           ": a channels-last input needs a 4-D x and at most ", kMaxGroupsOnStack, " groups");
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(HW, 4 * std::max(num_threads(), 1)));
+  const char* name = !in_nhwc ? "group_norm" : out_nhwc ? "group_norm_nhwc" : "group_norm_nhwc_in";
   AG_DISPATCH_FLOAT(x.dtype, "group_norm", [&] {
+    const size_t bytes = in_nhwc ? static_cast<size_t>((chunks + 3) * C) * sizeof(acc_t<scalar_t>) : 0;
     auto mk = [&]<typename W>() {
-      k = make_fn_kernel("group_norm", [=](void* const* in, void* const* out) {
+      k = make_fn_kernel(name, bytes, [=](void* const* in, void* const* out, void* scratch) {
         if (numel == 0) return;
-        run_group_norm<scalar_t, W>(N, C, HW, G, eps, static_cast<const scalar_t*>(in[0]),
-                                    wi >= 0 ? static_cast<const W*>(in[wi]) : nullptr,
-                                    bi >= 0 ? static_cast<const W*>(in[bi]) : nullptr,
-                                    static_cast<scalar_t*>(out[0]));
+        const auto* xp = static_cast<const scalar_t*>(in[0]);
+        const W* w = wi >= 0 ? static_cast<const W*>(in[wi]) : nullptr;
+        const W* b = bi >= 0 ? static_cast<const W*>(in[bi]) : nullptr;
+        auto* y = static_cast<scalar_t*>(out[0]);
+        if (in_nhwc) run_group_norm_nhwc<scalar_t, W>(N, C, HW, G, eps, xp, w, b, y, out_nhwc, chunks, scratch);
+        else run_group_norm<scalar_t, W>(N, C, HW, G, eps, xp, w, b, y);
       });
     };
     if (wf32) mk.template operator()<float>();

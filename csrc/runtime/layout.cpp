@@ -61,6 +61,9 @@ class Groups {  // union-find over value ids
   std::vector<int> up_;
 };
 
+// [N, C, H, W] -> [N, H, W, C]: the shape a channels-last value's bytes have row-major.
+Shape nhwc_shape(const Shape& s) { return Shape{s[0], s[2], s[3], s[1]}; }
+
 constexpr size_t kAlign = 64;
 size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
@@ -118,8 +121,8 @@ std::unique_ptr<Kernel> layout_copy(const TensorType& t, bool to_nhwc, const Bui
   const Shape s = t.shape();
   Value in, out;
   in.id = out.id = -1;
-  in.type = TensorType(t.dtype, to_nhwc ? s : Shape{s[0], s[2], s[3], s[1]});
-  out.type = TensorType(t.dtype, to_nhwc ? Shape{s[0], s[2], s[3], s[1]} : s);
+  in.type = TensorType(t.dtype, to_nhwc ? s : nhwc_shape(s));
+  out.type = TensorType(t.dtype, to_nhwc ? nhwc_shape(s) : s);
   Node n;
   n.op = find_op("permute");
   AG_CHECK(n.op != nullptr, "channels-last plan: no permute op registered");
@@ -224,7 +227,7 @@ std::unique_ptr<Kernel> make_layout_kernel(const Node& n, const BuildCtx& ctx) {
       Shape s = v->type.shape();
       if (!s.empty()) {
         while (s.size() < 4) s.insert(s.begin(), 1);
-        s = Shape{s[0], s[2], s[3], s[1]};
+        s = nhwc_shape(s);
       }
       c.type = TensorType(v->type.dtype, s);
       vals.push_back(std::move(c));
