@@ -15,6 +15,7 @@ from .explain import ExplainReport, explain
 from .cache import cache_info, clear_cache
 from .cache_compile import CacheCompiled, cache_compile
 from .export import LoadedModel, export, load
+from .custom_ops import Builder, Decline, LoweringError, Value, register_lowering
 
 
 def ops() -> list[str]:
@@ -35,8 +36,8 @@ def empty_cache() -> dict:
     return stats
 
 
-__all__ = ["CacheCompiled", "CompilerConfig", "EngineError", "ExplainReport", "LoadedModel", "airgraph_backend", "cache_compile", "cache_info",
-           "clear_cache", "empty_cache", "explain", "export", "get_backend", "load", "ops", "pass_names", "set_dim_gears"]
+__all__ = ["Builder", "CacheCompiled", "CompilerConfig", "Decline", "EngineError", "LoweringError", "Value", "ExplainReport", "LoadedModel", "airgraph_backend", "cache_compile", "cache_info",
+           "clear_cache", "empty_cache", "explain", "export", "get_backend", "load", "ops", "pass_names", "register_lowering", "set_dim_gears"]
 
 
 def _register_name():

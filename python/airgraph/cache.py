@@ -40,6 +40,7 @@ import threading
 
 import torch
 
+from . import custom_ops
 from ._core import C, EngineError
 from ._version import __version__
 from .config import CompilerConfig, default_cache_dir as default_dir
@@ -126,7 +127,7 @@ def graph_key(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor], passes=
         _CPU = _cpu_features()
     h = _KeyHash()
     put = h.put
-    put(FORMAT, FORMAT_VERSION, __version__, _ENGINE, torch.__version__, _CPU, *passes)
+    put(FORMAT, FORMAT_VERSION, __version__, _ENGINE, torch.__version__, _CPU, custom_ops.key_text(), *passes)
     # every node's kind, target and arguments (not gm.code: a lazy graph module would generate its
     # Python code just for this); with the placeholders' types the other nodes' types follow (a
     # static graph), and the source lines are added for the messages that name them
@@ -484,7 +485,7 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
         return None
     h = _KeyHash()
     put = h.put
-    put("dynamo", FORMAT, FORMAT_VERSION, __version__, _ENGINE, torch.__version__, _CPU,
+    put("dynamo", FORMAT, FORMAT_VERSION, __version__, _ENGINE, torch.__version__, _CPU, custom_ops.key_text(),
         torch.is_grad_enabled(),
         *[f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
           if f.name not in ("cache_dir", "dump_dir", "background_packing")])  # (not the graph)

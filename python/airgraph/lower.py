@@ -15,6 +15,7 @@ import torch
 import torch.fx
 
 from ._core import C, EngineError
+from .custom_ops import LoweringError
 from .graph_types import Lowered, NodeReport, get_attr_tensor, is_tensor_meta, source_line, target_name
 from .lowering import (LOWERINGS, LowerCtx, Unsupported, concrete, concrete_arg, engine_dtype, is_symbolic,
                        static_shape, torch_dtype)
@@ -121,6 +122,8 @@ def node_support(node: torch.fx.Node) -> tuple[bool, str]:
         lower_node(ctx, node)
     except Unsupported as e:
         return False, str(e)
+    except LoweringError:  # a user's lowering (custom_ops.py) failed: the user must see it
+        raise
     except EngineError as e:
         return False, str(e).split("\n")[0]
     except Exception as e:  # a bug in a lowering must not break the user's compile
@@ -175,6 +178,8 @@ def lower_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]) -> Lo
                 continue
             try:
                 ctx.env[n] = lower_node(ctx, n)
+            except LoweringError:
+                raise
             except EngineError as e:
                 raise EngineError(f"{e}\n  while lowering FX node {n.name} ({target_name(n)})") from None
         elif n.op == "get_attr":
