@@ -26,6 +26,7 @@
 #include "ir/serialize.h"
 #include "kernels/attention.h"
 #include "kernels/onednn_util.h"
+#include "kernels/plugin.h"
 #include "passes/passes.h"
 #include "base/background.h"
 #include "base/memory.h"
@@ -758,6 +759,20 @@ NB_MODULE(_C, m) {
         return nb::make_tuple(nb::cast(p, nb::rv_policy::take_ownership), l.producer, l.metadata);
       },
       nb::arg("data"), nb::arg("resolve") = nb::none());
+  // Op plugins (kernels/plugin.h): load one into this extension's registry -> (name, version, ops)
+  m.def("load_library", [](const std::string& path) {
+    const PluginInfo& p = load_plugin(path);
+    return nb::make_tuple(p.name, p.version, p.ops);
+  });
+  m.def("loaded_plugins", [] {  // [(name, version, [(op, fused code)])]
+    std::vector<std::tuple<std::string, std::string, std::vector<std::pair<std::string, int64_t>>>> r;
+    for (const PluginInfo& p : loaded_plugins()) {
+      std::vector<std::pair<std::string, int64_t>> ops;
+      for (const std::string& o : p.ops) ops.emplace_back(o, find_op(o)->fused_code);
+      r.emplace_back(p.name, p.version, std::move(ops));
+    }
+    return r;
+  });
   m.def("sdpa_kv_split_runs", &sdpa_kv_split_runs);  // tests: attention runs that split the keys
   m.def("sdpa_keys_skipped", &sdpa_keys_skipped);  // tests: keys a bool mask let the row kernel skip
 }

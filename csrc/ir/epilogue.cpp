@@ -8,6 +8,8 @@
 namespace ag::epi {
 
 // The op registered with `epilogue` whose instruction code is c (unary or binary), or nullptr.
+// (Ops registered later, by a plugin loaded at run time, are not in the map made at the first call:
+// codes it lacks are looked up in the registry.)
 static const OpDef* epilogue_op(int64_t c) {
   static const std::unordered_map<int64_t, const OpDef*> by_code = [] {
     std::unordered_map<int64_t, const OpDef*> m;
@@ -16,7 +18,11 @@ static const OpDef* epilogue_op(int64_t c) {
     return m;
   }();
   auto it = by_code.find(c);
-  return it == by_code.end() ? nullptr : it->second;
+  if (it != by_code.end()) return it->second;
+  if (!row_fn(c)) return nullptr;
+  for (const OpDef* d : all_ops())
+    if (d->epilogue && d->fused_code == c) return d;
+  return nullptr;
 }
 
 const OpDef* unary_op(int64_t c) {

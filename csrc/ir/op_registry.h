@@ -89,8 +89,24 @@ struct OpDef {
   bool epilogue = false;
   ChannelsLastFn channels_last = nullptr;  // nullptr: row-major only
   NhwcViewFn nhwc_view = nullptr;
+  // A unary op with no row in the fused interpreter (a plugin's op, kernels/plugin.h): its float32
+  // row function, in place, with the instruction's numbers; the interpreter runs it for the op's
+  // fused_code (the GEMM/conv epilogues apply it as a post-op).
+  void (*row_f32)(float* x, int64_t n, const double* p) = nullptr;
+  // An op a plugin loaded at run time brought (kernels/plugin.h): the plugin's name and version,
+  // which an airgraph file that uses the op records (ir/serialize.h); nullptr for built-in ops.
+  const char* plugin = nullptr;
+  const char* plugin_version = nullptr;
   bool has(OpProps p) const { return (props & p) != 0; }
 };
+
+// Fused instruction codes of ops that carry a row function (OpDef::row_f32: plugins' epilogue ops):
+// [kRowCodeBegin, kRowCodeBegin + kMaxRowCodes), above every code of the fused interpreter's own.
+inline constexpr int64_t kRowCodeBegin = 9000, kMaxRowCodes = 512;
+using RowF32Fn = void (*)(float* x, int64_t n, const double* p);
+// The row function registered for instruction `code`, or nullptr: a lock-free read (the
+// interpreter's and the epilogues' run-time dispatch).
+RowF32Fn row_fn(int64_t code);
 
 void register_op(const OpDef& def);
 const OpDef* find_op(std::string_view name);  // nullptr if unknown

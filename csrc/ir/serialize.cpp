@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -283,6 +284,17 @@ class GraphFile {
 std::string GraphFile::save(const Graph& g, const SaveOptions& opt) {
   Writer w;
   std::string data;
+  // (version 4) the plugin ops the nodes use, each once: what a reader must have loaded
+  std::vector<const OpDef*> plugin_ops;
+  for (const auto& n : g.nodes_)
+    if (n->op->plugin && std::find(plugin_ops.begin(), plugin_ops.end(), n->op) == plugin_ops.end())
+      plugin_ops.push_back(n->op);
+  w.count(plugin_ops.size());
+  for (const OpDef* d : plugin_ops) {
+    w.str(d->name);
+    w.str(d->plugin);
+    w.str(d->plugin_version ? d->plugin_version : "");
+  }
   w.count(g.symbols_.size());
   for (const auto& s : g.symbols_) w.str(s);
   w.count(g.exprs_.size());
@@ -414,7 +426,7 @@ LoadedGraph GraphFile::load(const uint8_t* base, size_t size, const std::shared_
   AG_CHECK(std::memcmp(h.magic, kMagic, 8) == 0, "airgraph file: not an airgraph file (no AIRGRAPH magic)");
   AG_CHECK(crc32c(&h, offsetof(Header, header_crc)) == h.header_crc,
            "airgraph file: the header's checksum does not match (corrupt file)");
-  AG_CHECK(h.version == kGraphFileVersion || h.version == 2, "airgraph file: format version ", h.version,
+  AG_CHECK(h.version >= 2 && h.version <= kGraphFileVersion, "airgraph file: format version ", h.version,
            ", this airgraph reads 2 to ", kGraphFileVersion, " (written by another airgraph version: export or compile "
            "it again)");
   AG_CHECK(h.meta_offset == kHeaderBytes && h.meta_bytes <= size - kHeaderBytes &&
@@ -431,6 +443,18 @@ LoadedGraph GraphFile::load(const uint8_t* base, size_t size, const std::shared_
 
   Reader r(meta, h.meta_bytes);
   auto g = std::make_unique<Graph>();
+  const size_t nplugin = h.version >= 4 ? r.count(12, "plugin ops") : 0;
+  for (size_t i = 0; i < nplugin; ++i) {
+    const std::string op = r.str("plugin op"), plugin = r.str("plugin name"), version = r.str("plugin version");
+    const OpDef* d = find_op(op);
+    AG_CHECK(d, "airgraph file: the graph uses op '", op, "' of plugin '", plugin, "' version ", version,
+             ", which is not loaded (Python: airgraph.load_library(path); airgraph-run: --plugin path)");
+    AG_CHECK(d->plugin && plugin == d->plugin && version == (d->plugin_version ? d->plugin_version : ""),
+             "airgraph file: the graph uses op '", op, "' of plugin '", plugin, "' version ", version,
+             ", but the loaded op is ", d->plugin ? "plugin '" + std::string(d->plugin) + "' version " +
+             (d->plugin_version ? d->plugin_version : "") : std::string("a built-in op"),
+             " (load the plugin the file was exported with)");
+  }
   size_t nsym = r.count(4, "symbols");
   for (size_t i = 0; i < nsym; ++i) g->add_symbol(r.str("symbol"));
   size_t nexpr = r.count(8, "size expressions");

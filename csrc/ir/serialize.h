@@ -17,7 +17,9 @@
 // Version 3 adds blobs after the metadata text: opaque bytes tied to one inline
 // constant under a text key (an exported file's weights in the layout the kernels
 // pack them into: kernels/onednn_util.h, adopt_packed), mapped like the constants.
-// Version 2 files (no blobs) are read too.
+// Version 4 starts the metadata with the plugin ops the graph uses (op name, plugin name,
+// plugin version: kernels/plugin.h): a file is refused, naming the op and the plugin, where that
+// plugin is not loaded or is loaded in another version. Versions 2 (no blobs) and 3 are read too.
 //
 // Little-endian; counts are u32, sizes i64, strings a u32 length and bytes.
 // Loading rebuilds the graph through the same builder the front uses (every
@@ -37,7 +39,7 @@
 
 namespace ag {
 
-inline constexpr uint32_t kGraphFileVersion = 3;  // 2: size guards; 3: blobs
+inline constexpr uint32_t kGraphFileVersion = 4;  // 2: size guards; 3: blobs; 4: plugin ops
 
 struct SaveOptions {
   // false: constants are written by name and type only, and the loader's resolver supplies

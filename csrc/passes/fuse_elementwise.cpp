@@ -52,7 +52,10 @@ int fuse_elementwise(Graph& g) {
   std::vector<char> fusable(n_nodes, 0);
   for (int i = 0; i < n_nodes; ++i) {
     const Node& n = *nodes[i];
-    if (!n.op->fuse || !n.op->has(kElementwise) || n.outputs.size() != 1 || !static_type(n.out())) continue;
+    // (an op with a row function, a plugin's epilogue op, is a GEMM's post-op only: not an instruction of
+    // the fused programs, whose interpreter dispatches on its own rows)
+    if (!n.op->fuse || n.op->row_f32 || !n.op->has(kElementwise) || n.outputs.size() != 1 || !static_type(n.out()))
+      continue;
     bool ok = true;
     for (Value* v : n.inputs) ok = ok && static_type(v);
     if (!ok) continue;

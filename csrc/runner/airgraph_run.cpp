@@ -19,7 +19,7 @@ namespace {
 
 const char* kUsage =
     "usage: airgraph-run MODEL [--input X.npy ...] [--output Y.npy ...] [--output-dir DIR]\n"
-    "                    [--bench N] [--threads T] [--info] [--help]\n"
+    "                    [--bench N] [--threads T] [--plugin LIB.so ...] [--info] [--help]\n"
     "\n"
     "Runs the airgraph file MODEL (written by airgraph's export) on .npy inputs.\n"
     "\n"
@@ -33,6 +33,8 @@ const char* kUsage =
     "  --bench N        after 3 warm-up calls, time N calls and print the median, p10 and p90\n"
     "                   latency in microseconds (the outputs written are the first call's).\n"
     "  --threads T      intra-op threads (OpenMP) for the calls; default: OMP_NUM_THREADS or all.\n"
+    "  --plugin LIB.so  load an op plugin (include/airgraph/op_plugin.h) before the model: a model\n"
+    "                   that uses a plugin's ops needs it, in the version it was exported with.\n"
     "  --info           print the model's inputs, outputs and symbols and exit (no inputs needed).\n"
     "\n"
     ".npy files: format 1.0/2.0, little-endian, C order; float32/64/16, int64/32/16/8, uint8,\n"
@@ -45,7 +47,7 @@ struct Usage {
 
 struct Args {
   std::string model;
-  std::vector<std::string> inputs, outputs;
+  std::vector<std::string> inputs, outputs, plugins;
   std::string output_dir;
   int bench = 0, threads = 0;
   bool info = false;
@@ -80,6 +82,8 @@ Args parse_args(int argc, char** argv) {
       a.bench = static_cast<int>(parse_int(f, value(), 1));
     } else if (f == "--threads") {
       a.threads = static_cast<int>(parse_int(f, value(), 1));
+    } else if (f == "--plugin") {
+      a.plugins.push_back(value());
     } else if (f == "--info") {
       a.info = true;
     } else if (!f.empty() && f[0] == '-') {
@@ -117,6 +121,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 int run(const Args& a) {
+  for (const std::string& p : a.plugins) std::fprintf(stderr, "airgraph-run: plugin %s\n", airgraph::load_plugin(p).c_str());
   airgraph::Model m = airgraph::Model::load(a.model);
   if (a.info) {
     print_info(m);

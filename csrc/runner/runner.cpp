@@ -6,6 +6,7 @@
 #include <new>
 
 #include "base/error.h"
+#include "kernels/plugin.h"
 #include "model/model.h"
 
 namespace airgraph {
@@ -44,6 +45,17 @@ auto guard(F&& f) -> decltype(f()) {
     throw Error(e.what());
   }
 }
+
+}  // namespace
+
+std::string load_plugin(const std::string& path) {
+  return guard([&] {
+    const ag::PluginInfo& p = ag::load_plugin(path);
+    return p.name + " " + p.version;
+  });
+}
+
+namespace {
 
 TensorInfo info_of(const ag::ModelTensorInfo& t) {
   TensorInfo i;

@@ -139,6 +139,14 @@ class Tensor {
   int written_input_ = -1;
 };
 
+// Loads an op plugin (include/airgraph/op_plugin.h) into this library's op registry, so that
+// models that use its ops load and run; returns the plugin's "name version". Loading the same
+// plugin again is a no-op; another version of a loaded plugin, or a library that is not a
+// plugin, throws Error naming the file. A model file that uses a plugin's op records the
+// plugin's name and version: Model::load refuses it, naming the op, while that plugin is not
+// loaded or is loaded in another version.
+std::string load_plugin(const std::string& path);
+
 class Model {
  public:
   // Maps and loads an airgraph file (checksums verified); throws Error naming the file.

@@ -15,7 +15,7 @@ from .explain import ExplainReport, explain
 from .cache import cache_info, clear_cache
 from .cache_compile import CacheCompiled, cache_compile
 from .export import LoadedModel, export, load
-from .custom_ops import Builder, Decline, LoweringError, Value, register_lowering
+from .custom_ops import Builder, Decline, LoweringError, Value, cmake_dir, include_dir, load_library, register_lowering
 
 
 def ops() -> list[str]:
@@ -37,7 +37,7 @@ def empty_cache() -> dict:
 
 
 __all__ = ["Builder", "CacheCompiled", "CompilerConfig", "Decline", "EngineError", "LoweringError", "Value", "ExplainReport", "LoadedModel", "airgraph_backend", "cache_compile", "cache_info",
-           "clear_cache", "empty_cache", "explain", "export", "get_backend", "load", "ops", "pass_names", "register_lowering", "set_dim_gears"]
+           "clear_cache", "cmake_dir", "empty_cache", "explain", "export", "get_backend", "include_dir", "load", "load_library", "ops", "pass_names", "register_lowering", "set_dim_gears"]
 
 
 def _register_name():

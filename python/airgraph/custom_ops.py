@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import traceback
 
 import torch
 import torch.fx
 
+from . import lowering as _lowering
 from ._core import C, EngineError
 from .lowering import (LOWERINGS, LowerCtx, Unsupported, engine_dtype, source_line, torch_dtype)
 from .lowering.sizes import NotSymbolic
@@ -193,8 +195,9 @@ def register_lowering(target, *, override: bool = False):
 
     def deco(fn):
         for op in ops:
-            if op in LOWERINGS and not override and op not in _USER:
-                raise ValueError(f"register_lowering: {op} already has a built-in lowering (override=True replaces it)")
+            if op in LOWERINGS and not override:
+                prev = f"a lowering at {_where(_USER[op])}" if op in _USER else "a built-in lowering"
+                raise ValueError(f"register_lowering: {op} already has {prev} (override=True replaces it)")
             LOWERINGS[op] = _make_row(op, fn)
             _USER[op] = fn
         return fn
@@ -233,6 +236,33 @@ def key_text() -> str:
         code = getattr(fn, "__code__", None)
         text = code.co_code + repr(code.co_consts).encode() if code is not None else repr(fn).encode()
         parts.append(f"{op}={hashlib.blake2b(text, digest_size=8).hexdigest()}")
-    if hasattr(C, "loaded_plugins"):
-        parts.extend(f"plugin {n}={v}" for n, v in sorted(C.loaded_plugins()))
+    parts.extend(f"plugin {n}={v} {ops}" for n, v, ops in sorted(C.loaded_plugins()))
     return ";".join(parts)
+
+
+# ---- C++ plugins ---------------------------------------------------------------------------------
+def load_library(path) -> dict:
+    """Loads an op plugin (a shared library built against include/airgraph/op_plugin.h; see
+    cmake_dir()) into the engine: its ops join the registry beside the built-in ones, for lowerings
+    (b.op("mylib::my_op", ...)) and for airgraph.load of files that use them. Returns
+    {"name", "version", "ops"}. Loading the same plugin twice is a no-op; another version of a loaded
+    plugin is refused (EngineError naming the file)."""
+    name, version, ops = C.load_library(os.fspath(path))
+    _lowering._ELEMENTWISE = None  # (the elementwise ops' names, read once: a plugin may add some)
+    return {"name": name, "version": version, "ops": list(ops)}
+
+
+def cmake_dir() -> str:
+    """The folder of airgraph's CMake package (airgraphConfig.cmake): a plugin's CMakeLists.txt does
+    find_package(airgraph CONFIG REQUIRED) with -Dairgraph_DIR=<this> and links airgraph::plugin
+    (the public headers; a plugin links nothing of airgraph's)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (os.path.join(here, "cmake"), os.path.join(here, "..", "..", "cmake")):  # installed; source tree
+        if os.path.isfile(os.path.join(d, "airgraphConfig.cmake")):
+            return os.path.normpath(d)
+    raise FileNotFoundError(f"airgraphConfig.cmake is not installed beside {here}")
+
+
+def include_dir() -> str:
+    """The folder that holds airgraph/op_plugin.h (for a build without CMake: -I<this>)."""
+    return os.path.normpath(os.path.join(cmake_dir(), "..", "include"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -12,6 +13,11 @@ import torch
 from . import backend as _backend
 from .config import CompilerConfig
 from .graph_types import CompileReport
+
+
+# an engine node of the optimized graph's text that carries the FX nodes it absorbed
+_FUSED_NODE = re.compile(r'= ([\w:]+)\(.*\bfused="?([\w.,]+)"?')
+_MAX_FUSION_LINES = 8
 
 
 @dataclass
@@ -49,6 +55,18 @@ class ExplainReport:
     def fallbacks(self):
         return [n for n in self.nodes if not n.native]
 
+    def fusions(self) -> list[tuple[int, str, list[str]]]:
+        """(graph id, engine op, FX nodes it absorbed) of every engine node a fusion pass made from
+        several FX nodes (a GEMM with its post-ops, a fused elementwise chain, a norm)."""
+        out = []
+        for r in self.reports:
+            for eg in r.graphs:
+                for line in (getattr(eg, "graph_text", "") or "").splitlines():
+                    m = _FUSED_NODE.search(line)
+                    if m:
+                        out.append((eg.gid, m.group(1), m.group(2).split(",")))
+        return out
+
     def to_csv(self, path: str | None = None) -> str:
         buf = io.StringIO()
         w = csv.writer(buf)
@@ -75,6 +93,11 @@ class ExplainReport:
             lines.append(f"{op:<48} {a:>7} {b:>9}")
         for n in self.fallbacks():
             lines.append(f"  fallback {n.name} ({n.target}): {n.reason}" + (f"\n    at {n.source}" if n.source else ""))
+        fusions = self.fusions()
+        for gid, op, names in fusions[:_MAX_FUSION_LINES]:
+            lines.append(f"  graph_{gid}: {op} also computes {', '.join(names)}")
+        if len(fusions) > _MAX_FUSION_LINES:
+            lines.append(f"  ... {len(fusions) - _MAX_FUSION_LINES} more fused engine nodes (report.fusions())")
         for r in self.reports:
             for g in r.symbolic:
                 ms = sorted(g.build_ms)

@@ -24,6 +24,7 @@
 namespace {
 
 using ag::test::attrs;
+using ag::test::shell;
 
 std::unique_ptr<ag::Graph> runner_graph(bool reader_after) { return ag::test::symbolic_sample_graph(reader_after); }
 
@@ -377,18 +378,6 @@ TEST(NpyFuzz, TruncationsAndByteFlipsGiveErrorsNeverCrashes) {
 }
 
 // ---- airgraph-run -------------------------------------------------------------------------
-
-// Runs a shell command; returns its exit status and puts stdout+stderr in *out.
-int shell(const std::string& cmd, std::string* out) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  out->clear();
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 TEST(RunnerCli, RunsAModelOnNpyFilesAndWritesTheOutputs) {
   const std::string exe = AIRGRAPH_RUN_EXE;
