@@ -20,9 +20,10 @@ std::unique_ptr<Kernel> make_row(const Node& n, const BuildCtx&) {
   constexpr int fl = R<float>::flags;
   DType da = n.inputs[0]->type.dtype, db = n.inputs[1]->type.dtype;
   std::string name = std::string(n.op->name) + "_" + dtype_name(da);
+  const Attrs at = row_attrs(n);
   if constexpr ((fl & kOpmath) != 0) {
     if (da != db) {
-      const R<float> f(n.attrs);
+      const R<float> f(at);
       if (da == DType::bf16 && db == DType::f32) return binary_kernel<bf16s, float, bf16s, float>(n, name, f, kGrainCheap);
       if (da == DType::f16 && db == DType::f32) return binary_kernel<f16s, float, f16s, float>(n, name, f, kGrainCheap);
       if (da == DType::f32 && db == DType::bf16) return binary_kernel<float, bf16s, bf16s, float>(n, name, f, kGrainCheap);
@@ -37,7 +38,7 @@ std::unique_ptr<Kernel> make_row(const Node& n, const BuildCtx&) {
       using TO = std::conditional_t<BoolOut, bool, scalar_t>;
       BinaryCheck check = nullptr;
       if constexpr ((fl & kIntDiv) != 0 && !std::is_floating_point_v<C>) check = &check_nonzero<scalar_t>;
-      k = binary_kernel<scalar_t, scalar_t, TO, C>(n, name, R<C>(n.attrs), (fl & kMath) ? kGrainMath : kGrainCheap,
+      k = binary_kernel<scalar_t, scalar_t, TO, C>(n, name, R<C>(at), (fl & kMath) ? kGrainMath : kGrainCheap,
                                                    check);
     } else {
       fail(n.op->name, ": dtype ", dtype_name(da), " is not supported");
@@ -58,7 +59,7 @@ bool fuse_row(const Node& n, FusedInstr* o) {
   *o = FusedInstr{};
   o->code = Code;
   o->nargs = 2;
-  return R<double>::encode(n.attrs, o->p);
+  return R<double>::encode(row_attrs(n), o->p);
 }
 
 // The forms (AG_EW_BINARY_FORMS): the one a node of `op` runs, or null (the op's own row).

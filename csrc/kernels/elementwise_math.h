@@ -21,23 +21,36 @@ inline float bits_to_float(int32_t i) {
   return f;
 }
 
+// a * b + c. For floating types one rounding (std::fma: an FMA instruction on x86-64-v3), the
+// one place an FMA happens: the core builds with -ffp-contract=off, so the compiler never forms
+// one from `a * b + c` on its own and every build gives the same bits. Integers: wrapping a*b+c.
+template <typename C> inline C fmadd(C a, C b, C c) {
+  if constexpr (std::is_floating_point_v<C>) return std::fma(a, b, c);
+  else return static_cast<C>(a * b + c);
+}
+// c - a * b, one rounding for floating types (eager's sub with alpha: add with -alpha).
+template <typename C> inline C fnmadd(C a, C b, C c) {
+  if constexpr (std::is_floating_point_v<C>) return std::fma(-a, b, c);
+  else return static_cast<C>(c - a * b);
+}
+
 inline float exp_(float x) {
   const float hi = 88.72283935546875f, lo = -87.3365478515625f;
   float xc = x < lo ? lo : x;  // (NaN handled at the end)
   xc = xc > hi ? hi : xc;
   // n = round(x / ln 2) by the 1.5 * 2^23 trick (std::floor does not vectorize
   // without -fno-trapping-math)
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
+  float n = fmadd(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  float r = fnmadd(n, 0.693359375f, xc);
+  r = fmadd(n, 2.12194440e-4f, r);
   float z = r * r;
   float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * z + r + 1.0f;
+  y = fmadd(y, r, 1.3981999507e-3f);
+  y = fmadd(y, r, 8.3334519073e-3f);
+  y = fmadd(y, r, 4.1665795894e-2f);
+  y = fmadd(y, r, 1.6666665459e-1f);
+  y = fmadd(y, r, 5.0000001201e-1f);
+  y = fmadd(y, z, r) + 1.0f;
   // 2^n as two factors so that n in [-126, 128] stays representable
   int32_t ni = static_cast<int32_t>(n);
   int32_t n1 = ni >> 1, n2 = ni - n1;
@@ -52,11 +65,11 @@ inline float tanh_(float x) {
   float ax = std::fabs(x);
   float z = x * x;
   float s = -5.70498872745e-3f;
-  s = s * z + 2.06390887954e-2f;
-  s = s * z - 5.37397155531e-2f;
-  s = s * z + 1.33314422036e-1f;
-  s = s * z - 3.33332819422e-1f;
-  s = s * z * x + x;
+  s = fmadd(s, z, 2.06390887954e-2f);
+  s = fmadd(s, z, -5.37397155531e-2f);
+  s = fmadd(s, z, 1.33314422036e-1f);
+  s = fmadd(s, z, -3.33332819422e-1f);
+  s = fmadd(s * z, x, x);
   float l = 1.0f - 2.0f / (exp_(2.0f * ax) + 1.0f);
   l = std::copysign(l, x);
   return ax < 0.625f ? s : l;
@@ -68,19 +81,19 @@ inline float erf_(float x) {
   // small |x|: 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320)
   float z = x * x;
   float s = -1.0f / 1320.0f;
-  s = s * z + 1.0f / 216.0f;
-  s = s * z - 1.0f / 42.0f;
-  s = s * z + 1.0f / 10.0f;
-  s = s * z - 1.0f / 3.0f;
-  s = (s * z + 1.0f) * x * 1.12837916709551257f;
+  s = fmadd(s, z, 1.0f / 216.0f);
+  s = fmadd(s, z, -1.0f / 42.0f);
+  s = fmadd(s, z, 1.0f / 10.0f);
+  s = fmadd(s, z, -1.0f / 3.0f);
+  s = fmadd(s, z, 1.0f) * x * 1.12837916709551257f;
   // large |x|: 1 - t (a1 + t (a2 + ...)) e^(-x^2), t = 1 / (1 + p|x|)
-  float t = 1.0f / (1.0f + 0.3275911f * ax);
+  float t = 1.0f / fmadd(0.3275911f, ax, 1.0f);
   float q = 1.061405429f;
-  q = q * t - 1.453152027f;
-  q = q * t + 1.421413741f;
-  q = q * t - 0.284496736f;
-  q = q * t + 0.254829592f;
-  float l = 1.0f - q * t * exp_(-z);
+  q = fmadd(q, t, -1.453152027f);
+  q = fmadd(q, t, 1.421413741f);
+  q = fmadd(q, t, -0.284496736f);
+  q = fmadd(q, t, 0.254829592f);
+  float l = fnmadd(q * t, exp_(-z), 1.0f);
   l = std::copysign(l, x);
   float r = ax < 0.5f ? s : l;
   return x != x ? x : r;
@@ -101,18 +114,18 @@ inline float log_(float x) {
   float t = lo ? m + m - 1.0f : m - 1.0f;
   float z = t * t;
   float y = 7.0376836292e-2f;
-  y = y * t - 1.1514610310e-1f;
-  y = y * t + 1.1676998740e-1f;
-  y = y * t - 1.2420140846e-1f;
-  y = y * t + 1.4249322787e-1f;
-  y = y * t - 1.6668057665e-1f;
-  y = y * t + 2.0000714765e-1f;
-  y = y * t - 2.4999993993e-1f;
-  y = y * t + 3.3333331174e-1f;
+  y = fmadd(y, t, -1.1514610310e-1f);
+  y = fmadd(y, t, 1.1676998740e-1f);
+  y = fmadd(y, t, -1.2420140846e-1f);
+  y = fmadd(y, t, 1.4249322787e-1f);
+  y = fmadd(y, t, -1.6668057665e-1f);
+  y = fmadd(y, t, 2.0000714765e-1f);
+  y = fmadd(y, t, -2.4999993993e-1f);
+  y = fmadd(y, t, 3.3333331174e-1f);
   y = y * t * z;
-  y += -2.12194440e-4f * e;
-  y += -0.5f * z;
-  float r = t + y + 0.693359375f * e;
+  y = fmadd(-2.12194440e-4f, e, y);
+  y = fmadd(-0.5f, z, y);
+  float r = fmadd(0.693359375f, e, t + y);
   r = x == std::numeric_limits<float>::infinity() ? x : r;
   r = x == 0.0f ? -std::numeric_limits<float>::infinity() : r;
   r = (x < 0.0f || x != x) ? std::numeric_limits<float>::quiet_NaN() : r;

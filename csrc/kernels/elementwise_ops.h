@@ -10,6 +10,17 @@
 // interpreter and the epilogue all evaluate: the three give bit-identical results, NaN and
 // infinities included, by construction (tests/cpp/test_op_rows.cpp checks every row).
 //
+// Rounding (the README's "Numerics"): an expression rounds exactly as written, once per
+// operation in the compute type C. A multiply and an add become one fused multiply-add only
+// where the row says math::fmadd / math::fnmadd, as eager's kernel for that op does (add and sub
+// with alpha); the core builds with -ffp-contract=off, so no compiler, optimization level,
+// sanitizer or ISA variant forms one elsewhere. A bfloat16/float16 result rounds once, at its
+// store. NaN: a result is NaN in every form exactly where it is in the others (and in eager);
+// which NaN (sign and payload) is not specified, as in IEEE 754 and eager PyTorch (on x86,
+// inf - inf gives a negative NaN, a NaN operand passes its own on, and a compiler may order a
+// commutative op's operands either way): the tests compare a NaN with any NaN. The same build
+// compiled at -O1 (tests/cpp/test_cross_build.cpp) must give the release build's bits.
+//
 // Kinds: ew::kF floating, kFI floating or integer, kI integer, kIB integer or bool, kAll any
 // dtype, | kNoHalf: not bfloat16/float16 (ops whose half-precision result is not
 // "compute in float, round once", like nextafter). Ops are fused only on
@@ -157,10 +168,14 @@ constexpr int kMath = kMathRow;
 // Forms of the binary ops above that a node's attributes select, each with its own kernel and
 // instruction; the op's own row runs when no form's condition (of the attributes `at` and the
 // result dtype `dt`) holds. p0 is the attribute `attr` ("" none), as in the param rows.
+// add/sub with alpha round as eager's kernel (aten/src/ATen/native/ufunc/add.h): alpha is a value
+// of the result dtype (a 16-bit result rounds it first, ew::row_attrs), and a +- alpha * b is one
+// fused multiply-add in the compute type (its vectorized path; for 16-bit dtypes eager's scalar
+// tail rounds alpha * b to the dtype first and can differ from its own vector body there).
 //   X(form, op, kinds, flags, condition, attr, expr of a, b)
 #define AG_EW_BINARY_FORMS(X)                                                                      \
-  X(add_alpha, add, kAll, kOpmath, alpha_form(at, dt), "alpha", C(a + p0 * b))                     \
-  X(sub_alpha, sub, kFI, kOpmath, alpha_form(at, dt), "alpha", C(a - p0 * b))                      \
+  X(add_alpha, add, kAll, kOpmath, alpha_form(at, dt), "alpha", math::fmadd(p0, b, a))             \
+  X(sub_alpha, sub, kFI, kOpmath, alpha_form(at, dt), "alpha", math::fnmadd(p0, b, a))             \
   X(div_trunc, div, kFI, kOpmath | kIntDiv, rounding_mode(at) == "trunc", "", math::div_trunc_(a, b)) \
   X(div_floor, div, kFI, kOpmath | kIntDiv, rounding_mode(at) == "floor", "", math::div_floor_(a, b))
 

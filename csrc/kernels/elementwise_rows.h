@@ -103,6 +103,18 @@ inline bool alpha_form(const Attrs& at, DType dt) {
   if (dt == DType::b8) AG_CHECK(al.f == 1, "alpha must be 1 for bool inputs");
   return al.f != 1;
 }
+// The attributes a binary row of node n computes with: n's, with alpha a value of the result
+// dtype, as eager reads it (alpha.to<scalar_t>(), then computed in float): a bfloat16 or float16
+// result rounds it to that dtype. The single-op kernel and the fused instruction both read these.
+inline Attrs row_attrs(const Node& n) {
+  Attrs at = n.attrs;
+  const DType dt = n.out()->type.dtype;
+  if ((dt == DType::bf16 || dt == DType::f16) && at.has("alpha")) {
+    const float al = static_cast<float>(number_attr(at, "alpha").f);
+    at.set("alpha", static_cast<double>(dt == DType::bf16 ? bf16_to_f32(f32_to_bf16(al)) : f16_to_f32(f32_to_f16(al))));
+  }
+  return at;
+}
 inline std::string rounding_mode(const Attrs& at) {
   std::string m = at.s("rounding_mode", "");
   AG_CHECK(m.empty() || m == "trunc" || m == "floor",

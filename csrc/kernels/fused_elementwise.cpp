@@ -42,7 +42,7 @@ int arity(int64_t code) {
   if (x_unary(code) || x_pred(code)) return 1;
   if (x_binary(code) || x_compare(code)) return 2;
   if (code == kConvert) return 1;
-  if (code == kWhere) return 3;
+  if (code == kWhere || code == kFma) return 3;
   return -1;
 }
 
@@ -116,6 +116,11 @@ DType result_dtype(int64_t code, const DType* t, const double* p) {
     AG_CHECK(t[1] == t[2], "fused_elementwise: where branches differ: ", dtype_name(t[1]), " and ",
              dtype_name(t[2]));
     return t[1];
+  }
+  if (code == kFma) {
+    AG_CHECK(t[0] != DType::b8 && t[1] == t[0] && t[2] == t[0], "fused_elementwise: fma takes three floating operands of one dtype, got ",
+             dtype_name(t[0]), ", ", dtype_name(t[1]), " and ", dtype_name(t[2]));
+    return t[0];
   }
   fail("fused_elementwise: unknown instruction code ", code);
 }
@@ -383,7 +388,7 @@ class FusedKernel final : public Kernel {
     // one-element inputs are values; only a where reads them as (splatted) tiles
     std::vector<char> splat(nin_, 0);
     for (int i = 0; i < k; ++i)
-      if (p.ops[i] == kWhere)
+      if (p.ops[i] == kWhere || p.ops[i] == kFma)
         for (int j = 0; j < 3; ++j)
           if (p.args[kArgs * i + j] < nin_) splat[p.args[kArgs * i + j]] = 1;
     for (int i = 0; i < nin_; ++i) {
@@ -614,6 +619,9 @@ class FusedKernel final : public Kernel {
       case kWhere:
         for (int64_t i = 0; i < n; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i];
         break;
+      case kFma:
+        for (int64_t i = 0; i < n; ++i) d[i] = math::fmadd(a[i], b[i], c[i]);
+        break;
 #define AG_FE_BIN(name, kinds, ...)                     \
   case kX_##name:                                       \
     bin_row<ew::R_##name, (kinds)>(op, sp, sv, d, n);   \
@@ -684,6 +692,7 @@ bool encode(const Node& n, FusedInstr* o) {
     return static_cast<int>(n.inputs.size()) == o->nargs;
   };
   if (op == "where") return set(kWhere);
+  if (op == "fma") return n.out()->type.dtype != DType::b8 && set(kFma);
   if (op == "convert") {
     o->p[0] = static_cast<double>(static_cast<int>(n.attrs.dtype("dtype")));
     return set(kConvert);

@@ -33,6 +33,8 @@ namespace ag::fe {
 enum Code : int64_t {
   // where(cond, a, b)
   kWhere = 120,
+  // fma(a, b, c): a * b + c, one rounding
+  kFma = 121,
   // convert{dtype = params[0]}
   kConvert = 130,
 };

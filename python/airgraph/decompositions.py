@@ -18,9 +18,6 @@ from .lowering import LOWERINGS, families  # noqa: F401  (families: every op's t
 aten = torch.ops.aten
 
 _DECOMPOSE = [
-    aten.addcmul,
-    aten.addcdiv,
-    aten.lerp,
     aten.std,
     aten.std_mean,
     aten.var_mean,

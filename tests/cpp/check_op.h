@@ -68,7 +68,8 @@ std::shared_ptr<Storage> bytes_of(const std::vector<float>& v);
 
 struct Tol {
   double atol = 0, rtol = 0;  // |got - want| <= atol + rtol * |want|; NaN matches NaN, inf itself
-  bool bits = false;          // byte for byte instead (tells -0 from 0 and NaN payloads apart)
+  bool bits = false;          // bit for bit instead (tells -0 from 0; a NaN matches any NaN: which NaN
+                              // an op gives is not specified, kernels/elementwise_ops.h "Rounding")
   static Tol exact_bits() { return Tol{0, 0, true}; }
 };
 

@@ -36,6 +36,9 @@ TEST(CheckOpHarness, ComparisonIsNanAwareAndNamesTheFirstMismatch) {
   // byte for byte tells -0 from 0
   EXPECT_TRUE(test::same(f32s({1}, {0.f}), f32s({1}, {-0.f}), {}));
   EXPECT_FALSE(test::same(f32s({1}, {0.f}), f32s({1}, {-0.f}), test::Tol::exact_bits()));
+  // ... and a NaN matches any NaN (sign and payload are not specified), but never a number
+  EXPECT_TRUE(test::same(f32s({2}, {NAN, 1.f}), f32s({2}, {-NAN, 1.f}), test::Tol::exact_bits()));
+  EXPECT_FALSE(test::same(f32s({1}, {NAN}), f32s({1}, {INFINITY}), test::Tol::exact_bits()));
   EXPECT_FALSE(test::same(f32s({1}, {0.f}), f32s({1, 1}, {0.f}), {}));  // types differ
 }
 

@@ -25,51 +25,17 @@
 #include "kernels/elementwise_ops.h"
 #include "passes/passes.h"
 #include "check_op.h"
+#include "op_rows.h"
 
 namespace ag {
 namespace {
 
 using test::attrs;
 
-// Attributes for the rows that need them (several settings where the row has modes).
-const std::map<std::string, std::vector<Attrs>>& row_attrs() {
-  static const std::map<std::string, std::vector<Attrs>> m = {
-      {"leaky_relu", {attrs({{"negative_slope", 0.2}}), Attrs{}}},
-      {"gelu", {attrs({{"approximate", std::string("none")}}), attrs({{"approximate", std::string("tanh")}})}},
-      {"clamp",
-       {attrs({{"min", -1.0}, {"max", 2.0}}), attrs({{"min", 0.0}}), attrs({{"max", 6.0}}),
-        attrs({{"min", 3.0}, {"max", 1.0}})}},
-      {"pow_scalar",
-       {attrs({{"exponent", 2.0}}), attrs({{"exponent", 0.5}}), attrs({{"exponent", -1.0}}),
-        attrs({{"exponent", 3.3}})}},
-      {"logit", {attrs({{"lo", 0.1}, {"hi", 0.9}})}},
-      {"nan_to_num", {attrs({{"nan", 0.0}, {"posinf", 100.0}, {"neginf", -100.0}})}},
-      {"elu", {attrs({{"alpha", 1.0}, {"scale", 1.0}, {"input_scale", 1.0}}),
-               attrs({{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}, {"input_scale", 1.0}})}},
-      {"threshold", {attrs({{"threshold", 0.5}, {"value", -2.0}})}},
-      {"polygamma", {attrs({{"n", int64_t{1}}})}},
-      // binary: the plain row and each form
-      {"add", {Attrs{}, attrs({{"alpha", 2.5}}), attrs({{"alpha", -1.0}})}},
-      {"sub", {Attrs{}, attrs({{"alpha", 0.3}})}},
-      {"div",
-       {Attrs{}, attrs({{"rounding_mode", std::string("trunc")}}), attrs({{"rounding_mode", std::string("floor")}})}},
-  };
-  return m;
-}
-
-std::vector<Attrs> settings(const std::string& op) {
-  auto it = row_attrs().find(op);
-  return it == row_attrs().end() ? std::vector<Attrs>{Attrs{}} : it->second;
-}
-
-// The values every row sees: specials and a spread of ordinary ones.
-std::vector<float> values() {
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> v = {nan, -nan, inf, -inf, 0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.5f, -2.5f, 1e-30f,
-                          -1e-30f, 1e-3f, 3.0f, -3.0f, 7.9f, -7.9f, 20.0f, -20.0f, 88.5f, -88.5f, 100.0f, 3e38f, -3e38f,
-                          0.25f, 0.75f, 0.999f, -0.999f, 6.0f, -6.0f};
-  return v;
-}
+using test::row_graphs;
+using test::rows_of;
+std::vector<Attrs> settings(const std::string& op) { return test::row_settings(op); }
+std::vector<float> values() { return test::row_values(); }
 
 bool same_bits(float a, float b) {
   if (a != a && b != b) return true;  // any NaN (its payload is not part of the contract)
@@ -87,13 +53,6 @@ std::vector<float> run(Graph& g, const std::vector<const void*>& in, const Pipel
   return r.outs.at(0).floats();
 }
 
-// The rows (ops with an instruction code) of one arity.
-std::vector<const OpDef*> rows_of(int arity) {
-  std::vector<const OpDef*> r;
-  for (const OpDef* d : all_ops())
-    if (d->fused_code != 0 && d->min_inputs == arity && d->max_inputs == arity) r.push_back(d);
-  return r;
-}
 std::vector<const OpDef*> unary_rows() { return rows_of(1); }
 
 // `inputs(i)` says what element i was computed from.
@@ -140,34 +99,15 @@ bool check_row(const OpDef* d, const Attrs& a, const std::vector<TensorType>& ty
   std::vector<test::Tensor> data;
   std::vector<const void*> ptrs;
   for (size_t j = 0; j < k; ++j) data.push_back(test::from_floats(types[j], vals[j])), ptrs.push_back(data[j].data());
-  auto inputs = [&](Graph& g) {
-    std::vector<Value*> in;
-    for (size_t j = 0; j < k; ++j) in.push_back(g.add_input(types[j], "x" + std::to_string(j)));
-    return in;
-  };
-  // the single-op kernel
-  Graph g1;
-  Node* node;
-  try {
-    node = g1.add_node(d->name, inputs(g1), a, "op");
-  } catch (const Error& e) {
-    if (err) *err = e.what();
+  Graph g1, g2;
+  std::string why;
+  if (!row_graphs(d, a, types, &g1, &g2, &why)) {
+    EXPECT_NE(why, "") << what << ": a row that takes these dtypes fuses";
+    if (err) *err = why;
     return false;
   }
-  g1.set_outputs({node->out()});
-  const std::vector<float> want = run(g1, ptrs);
+  const std::vector<float> want = run(g1, ptrs);  // the single-op kernel
   // its fused instruction, alone in a fused_elementwise node
-  FusedInstr fi;
-  EXPECT_TRUE(d->fuse(*node, &fi)) << what << ": a row that takes these dtypes fuses";
-  std::vector<int64_t> args = {-1, -1, -1};
-  for (size_t j = 0; j < k; ++j) args[j] = static_cast<int64_t>(j);
-  Graph g2;
-  Attrs fa = attrs({{"ops", std::vector<int64_t>{fi.code}},
-                    {"args", args},
-                    {"params", std::vector<double>{fi.p[0], fi.p[1], fi.p[2]}},
-                    {"outputs", std::vector<int64_t>{static_cast<int64_t>(k)}}});
-  Node* f = g2.add_node("fused_elementwise", inputs(g2), fa, "fused");
-  g2.set_outputs({f->out()});
   expect_same(run(g2, ptrs), want, what + " fused", [&](size_t i) {
     std::string s;
     for (size_t j = 0; j < k; ++j)

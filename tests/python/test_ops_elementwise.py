@@ -71,6 +71,53 @@ def test_unary_special_values():
     assert torch.isnan(got[0][12]) and torch.isnan(got[7][12]) and got[8][12] == 0  # sign(nan) = 0
 
 
+# The values the C++ op-row tests use (tests/cpp/op_rows.h), every pair of them.
+_ROW_VALUES = [float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5,
+               -2.5, 1e-30, -1e-30, 1e-3, 3.0, -3.0, 7.9, -7.9, 20.0, -20.0, 88.5, -88.5, 100.0, 3e38, -3e38, 0.25,
+               0.75, 0.999, -0.999, 6.0, -6.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_binary_rows_round_as_eager_on_special_values(dtype):
+    # add/sub with alpha are one fused multiply-add with alpha a value of the result dtype, as
+    # eager's kernel computes them (README, Numerics): -inf + 2.5 * 3e38 is -inf, not NaN, and
+    # -1 - 0.3 * -2.5 rounds once. Bit for bit (a NaN matches any NaN), as single-op kernels and
+    # inside a fused chain (.neg() is exact). 1024 elements: eager runs its vector path throughout.
+    v = torch.tensor(_ROW_VALUES)
+    x, y = v.repeat_interleave(len(v)).to(dtype), v.repeat(len(v)).to(dtype)
+
+    def f(x, y):
+        return (torch.add(x, y, alpha=2.5), torch.add(x, y, alpha=0.3), torch.sub(x, y, alpha=0.3),
+                torch.add(x, y, alpha=-1), x + y, x - y, x * y, x / y, torch.maximum(x, y), torch.minimum(x, y),
+                torch.add(x, y, alpha=2.5).neg(), torch.sub(x, y, alpha=0.3).neg() * y)
+
+    got = check(f, x, y, atol=0, rtol=0)
+    i = _ROW_VALUES.index(-float("inf")) * len(v) + _ROW_VALUES.index(3e38)
+    if dtype != torch.float16:  # (3e38 is inf in float16)
+        assert got[0][i] == -float("inf"), "-inf + 2.5 * 3e38: one rounding, as eager"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_addcmul_addcdiv_lerp_round_as_eager(dtype):
+    # eager's kernels: fma(value * t1, t2, x), x + (value * t1) / t2, and lerp as one fma on either
+    # side of |w| = 0.5, in float32 for 16-bit dtypes (README, Numerics); PyTorch's decompositions
+    # round differently (about 10-25% of float32 elements differ in the last bit). Bit for bit on
+    # random values with the row tests' specials spliced in (1024 elements: eager's vector path).
+    g = torch.Generator().manual_seed(3)
+    x, t1, t2, w = (torch.randn(1024, generator=g) * 3 for _ in range(4))
+    x[:len(_ROW_VALUES)] = torch.tensor(_ROW_VALUES)
+    t2[-len(_ROW_VALUES):] = torch.tensor(_ROW_VALUES)
+    x, t1, t2, w = (v.to(dtype) for v in (x, t1, t2, w))
+
+    def f(x, t1, t2, w):
+        # (torch.addcdiv(..., value=v) never reaches a backend: Dynamo rewrites it to x + t1 / t2 * v)
+        return (torch.addcmul(x, t1, t2, value=0.3), torch.addcmul(x, t1, t2), x.addcdiv(t1, t2, value=0.3),
+                torch.addcdiv(x, t1, t2),
+                torch.lerp(x, t1, 0.3), torch.lerp(x, t1, 0.7), torch.lerp(x, t1, w), torch.lerp(x, t1, w / 8))
+
+    check(f, x, t1, t2, w, atol=0, rtol=0)  # (every node native: check compiles with fallback refused)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_unary_int(dtype):
     x = torch.arange(-6, 6, dtype=dtype).reshape(3, 4)

@@ -390,6 +390,68 @@ for _op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
     lowering(getattr(aten, _op).Tensor, getattr(aten, _op).Scalar)(_bitwise(_op))
 
 
+# ---- addcmul, addcdiv, lerp: rounded as eager's CPU kernels --------------------------------
+# Eager computes (aten/src/ATen/native/cpu/PointwiseOpsKernel.cpp, LerpKernel.cpp) in float32
+# for bfloat16/float16 and rounds once at the end; its multiply-adds are fused:
+#   addcmul(x, t1, t2, value) = fma(value * t1, t2, x)
+#   addcdiv(x, t1, t2, value) = x + (value * t1) / t2
+#   lerp(a, b, w) = fma(w, b - a, a) where |w| < 0.5, else fma(w - 1, b - a, b)
+# PyTorch's decompositions round the same expressions differently (no FMA, value * (t1 / t2)):
+# these lowerings build eager's, with the engine's "fma" (one rounding).
+
+def _compute_dtype(dt: str) -> str:
+    if dt not in _FLOATS:
+        raise Unsupported(f"{dt} (floating dtypes only)")
+    return "float32" if dt in _HALF else dt
+
+
+def _scaled(ctx, t, value, cd: str) -> int:
+    v = _operand(ctx, t, cd)
+    return v if value == 1 else ctx.emit("mul", [v, ctx.const(float(value), cd)])
+
+
+@lowering(aten.addcmul.default)
+def _addcmul(ctx, node, x, t1, t2, value=1):
+    dt = _out_dtype(ctx)
+    cd = _compute_dtype(dt)
+    if not _is_scalar(value):
+        raise Unsupported(f"addcmul value {value!r}")
+    r = ctx.emit("fma", [_scaled(ctx, t1, value, cd), _operand(ctx, t2, cd), _operand(ctx, x, cd)])
+    return ctx.cast(r, dt)
+
+
+@lowering(aten.addcdiv.default)
+def _addcdiv(ctx, node, x, t1, t2, value=1):
+    dt = _out_dtype(ctx)
+    cd = _compute_dtype(dt)
+    if not _is_scalar(value):
+        raise Unsupported(f"addcdiv value {value!r}")
+    q = ctx.emit("div", [_scaled(ctx, t1, value, cd), _operand(ctx, t2, cd)])
+    return ctx.cast(ctx.emit("add", [_operand(ctx, x, cd), q]), dt)
+
+
+@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(ctx, node, a, b, w):
+    dt = _out_dtype(ctx)
+    cd = _compute_dtype(dt)
+    va, vb = _operand(ctx, a, cd), _operand(ctx, b, cd)
+    diff = ctx.emit("sub", [vb, va])
+    if _is_scalar(w):  # the branch is known now (w - 1 rounded in the compute dtype, as eager)
+        wf = float(w)
+        if abs(wf) < 0.5:
+            return ctx.cast(ctx.emit("fma", [ctx.const(wf, cd), diff, va]), dt)
+        w1 = float(torch.tensor(wf, dtype=_TORCH_FLOAT[cd]) - 1)
+        return ctx.cast(ctx.emit("fma", [ctx.const(w1, cd), diff, vb]), dt)
+    vw = _operand(ctx, w, cd)
+    small = ctx.emit("lt", [ctx.emit("abs", [vw]), ctx.const(0.5, cd)])
+    coeff = ctx.emit("where", [small, vw, ctx.emit("sub", [vw, ctx.const(1.0, cd)])])
+    base = ctx.emit("where", [small, va, vb])
+    return ctx.cast(ctx.emit("fma", [coeff, diff, base]), dt)
+
+
+_TORCH_FLOAT = {"float32": torch.float32, "float64": torch.float64}
+
+
 # ---- where, masked_fill -------------------------------------------------------------------
 
 def _where(ctx, cond, a, b):
