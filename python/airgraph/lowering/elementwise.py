@@ -410,24 +410,21 @@ def _scaled(ctx, t, value, cd: str) -> int:
     return v if value == 1 else ctx.emit("mul", [v, ctx.const(float(value), cd)])
 
 
-@lowering(aten.addcmul.default)
-def _addcmul(ctx, node, x, t1, t2, value=1):
-    dt = _out_dtype(ctx)
-    cd = _compute_dtype(dt)
-    if not _is_scalar(value):
-        raise Unsupported(f"addcmul value {value!r}")
-    r = ctx.emit("fma", [_scaled(ctx, t1, value, cd), _operand(ctx, t2, cd), _operand(ctx, x, cd)])
-    return ctx.cast(r, dt)
+def _addc(combine):
+    """addcmul/addcdiv: combine(ctx, x, value * t1, t2) in the compute dtype, rounded once."""
+    def fn(ctx, node, x, t1, t2, value=1):
+        dt = _out_dtype(ctx)
+        cd = _compute_dtype(dt)
+        if not _is_scalar(value):
+            raise Unsupported(f"value {value!r}")
+        vx, vt2 = _operand(ctx, x, cd), _operand(ctx, t2, cd)
+        return ctx.cast(combine(ctx, vx, _scaled(ctx, t1, value, cd), vt2), dt)
+
+    return fn
 
 
-@lowering(aten.addcdiv.default)
-def _addcdiv(ctx, node, x, t1, t2, value=1):
-    dt = _out_dtype(ctx)
-    cd = _compute_dtype(dt)
-    if not _is_scalar(value):
-        raise Unsupported(f"addcdiv value {value!r}")
-    q = ctx.emit("div", [_scaled(ctx, t1, value, cd), _operand(ctx, t2, cd)])
-    return ctx.cast(ctx.emit("add", [_operand(ctx, x, cd), q]), dt)
+lowering(aten.addcmul.default)(_addc(lambda ctx, x, a, b: ctx.emit("fma", [a, b, x])))
+lowering(aten.addcdiv.default)(_addc(lambda ctx, x, a, b: ctx.emit("add", [x, ctx.emit("div", [a, b])])))
 
 
 @lowering(aten.lerp.Scalar, aten.lerp.Tensor)
