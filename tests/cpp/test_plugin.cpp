@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -209,6 +210,48 @@ TEST(PluginChecks, AMalformedLibraryIsRefused) {
   const std::string e = error_of([] { load_plugin(AIRGRAPH_RUN_EXE); });
   EXPECT_NE(e.find("airgraph plugin: "), std::string::npos) << e;
   EXPECT_NE(e.find("airgraph-run"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace ag
+
+// ---- a plugin's epilogue op after a linear layer ------------------------------------------------
+namespace ag {
+namespace {
+
+std::shared_ptr<Storage> floats(const std::vector<float>& v) {
+  auto s = Storage::allocate(v.size() * 4);
+  std::memcpy(s->data, v.data(), v.size() * 4);
+  return s;
+}
+
+// linear(x, w, b) -> mylib::scaled_gelu: one node after the passes (where the fused interpreter runs
+// row functions, AG_FE_RUNS_ROW_FNS) or two, and the same result as the formula either way.
+TEST(Plugin, AnEpilogueOpFusesIntoTheLinearBeforeIt) {
+  const OpDef* d = load_example();
+  const int64_t M = 5, K = 16, N = 24;
+  std::vector<float> w = test::randn(N * K, 2), b = test::randn(N, 3), x = test::randn(M * K, 4);
+  Graph g;
+  Value* xv = g.add_input(TensorType(DType::f32, {M, K}), "x");
+  Value* wv = g.add_const(TensorType(DType::f32, {N, K}), floats(w), "w");
+  Value* bv = g.add_const(TensorType(DType::f32, {N}), floats(b), "b");
+  Value* h = g.add_node("linear", {xv, wv, bv}, Attrs{}, "fc")->out();
+  g.set_outputs({g.add_node("mylib::scaled_gelu", {h}, test::attrs({{"scale", 0.5}}), "scaled_gelu")->out()});
+  run_pipeline(g, PipelineOptions{});
+  const bool fused = g.nodes().size() == 1;
+  EXPECT_EQ(fused, d->epilogue) << g.str();
+  if (fused) EXPECT_NE(g.str().find("fused=\"scaled_gelu\""), std::string::npos) << g.str();
+  else std::printf("(this build's fused interpreter does not run row functions: the plugin op stays a node)\n");
+  auto prog = compile_program(g);
+  Executor ex(prog);
+  auto out = ex.run({x.data()});
+  const float* y = static_cast<const float*>(out[0].data);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = b[j];
+      for (int64_t k = 0; k < K; ++k) acc += x[i * K + k] * w[j * K + k];
+      ASSERT_NEAR(y[i * N + j], reference(acc, 0.5f), 1e-4f) << i << "," << j;
+    }
 }
 
 }  // namespace
