@@ -40,8 +40,13 @@ def build_plugin(build_dir: str, version: str = "1.0") -> str:
 
 
 def airgraph_run() -> str:
-    exe = shutil.which("airgraph-run") or os.path.join(os.path.dirname(sys.executable), "airgraph-run")
-    return exe
+    """The airgraph-run of this airgraph: the build folder's in a development tree (AIRGRAPH_EXT_DIR),
+    else the environment's."""
+    dev = os.environ.get("AIRGRAPH_EXT_DIR")
+    if dev:
+        return os.path.join(os.path.abspath(dev), "airgraph-run")
+    return os.path.join(os.path.dirname(sys.executable), "airgraph-run") if not shutil.which("airgraph-run") \
+        else shutil.which("airgraph-run")
 
 
 def compile_and_check(model, x, want):

@@ -94,3 +94,19 @@ def test_plugin_runs_fuses_exports_and_airgraph_run(model_and_input, plugins, tm
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
     assert r.returncode == 0 and "refused:" in r.stdout and "mylib::scaled_gelu" in r.stdout \
         and "loaded" in r.stdout.splitlines()[-1], r.stdout + r.stderr
+
+
+def test_readme_command(tmp_path):
+    """README "Bringing your own op": its command, as written there, in a fresh process."""
+    import re
+    import shlex
+    readme = open(os.path.join(EXAMPLE, "..", "..", "README.md")).read()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", readme, flags=re.S) if "examples/custom_op/run_example.py" in b)
+    argv = shlex.split(block.split("#")[0])
+    assert argv[:2] == [".venv/bin/python", "examples/custom_op/run_example.py"], argv
+    args = [str(tmp_path / a[len("/tmp/"):]) if a.startswith("/tmp/") else a for a in argv[2:]]
+    r = subprocess.run([sys.executable, argv[1], *args], cwd=os.path.join(EXAMPLE, "..", ".."), capture_output=True,
+                       text=True, env=os.environ, timeout=300)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("example OK: every result equals eager"), \
+        r.stdout[-3000:] + r.stderr[-3000:]
+    assert "0 fallback" in r.stdout and "exit 1" in r.stdout
