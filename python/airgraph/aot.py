@@ -78,6 +78,12 @@ def aot_wrapper_reason(aot_gm, input_outputs: dict | None = None) -> str | None:
         return "an input's metadata is mutated"
     if any(isinstance(m, SubclassCreationMeta) for m in getattr(meta, "subclass_inp_meta", None) or ()):
         return "tensor subclass inputs"
+    if any(isinstance(m, SubclassCreationMeta) for m in getattr(meta, "subclass_fw_graph_out_meta", None) or ()):
+        return "tensor subclass outputs"
+    if getattr(meta, "grad_enabled_mutation", None) is not None:
+        return "the graph switches grad mode (AOTAutograd's wrapper sets it after each call)"
+    if getattr(meta, "tokens", None) or getattr(meta, "is_rng_op_functionalized", False):
+        return "side-effect tokens or functionalized random numbers"
     return None
 
 

@@ -236,7 +236,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         if hit is not None:
             run, state["cached"] = hit  # (torch's aot_compile saves the entry's lowered graph)
             report.compile_ms = (time.perf_counter() - t0) * 1000
-            return aot_compile_support.wrap(lambda *args: run(list(args)), state)
+            return aot_compile_support.wrap(lambda *args: run(args), state)
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
         n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
@@ -265,6 +265,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         with unset_fake_temporarily():
             _write_entries(aot_gm, consts, aten_entries)
         report.cache_graphs[:] = []  # (the graphs kept for the entry are not needed any more)
+        ctx = torch._guards.TracingContext.try_get()
+        state["seen_by_autograd"] = getattr(getattr(ctx, "fw_metadata", None),
+                                            "mutated_graph_handled_indices_seen_by_autograd", None)
+        state["run"] = out
         return out
 
     def _write_entries(aot_gm, consts, aten_entries):
@@ -311,9 +315,29 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
             compiled = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                              decompositions=decomposition_table(),
                                              keep_inference_input_mutations=True)
+        run = state.get("run")
+        if run is not None and _wrapper_idle(state, real):
+            # AOTAutograd's runtime wrapper would only call the graph (12-20 us a call): Dynamo calls ours
+            # directly, as it does on a compile-cache hit (the same callable; the argument tuple as it
+            # comes: nothing on our side writes into the argument list)
+            return aot_compile_support.wrap(lambda *args: run(args), state)
         return aot_compile_support.wrap(compiled, state)
 
     return aot()
+
+
+def _wrapper_idle(state: dict, real: list) -> bool:
+    """Whether AOTAutograd's runtime wrapper does nothing for this inference graph but call it:
+    nothing it must rebuild or copy back (state["reason"], aot.aot_wrapper_reason, the same test as a
+    compile-cache entry's), no autograd (no input requiring grad under grad mode: then there is a
+    backward, and the wrapper is autograd's function), no autocast to switch off around the call, and no
+    input write whose version counter the wrapper would bump for autograd. Dynamo's guards hold grad
+    mode and autocast as they were here."""
+    if state.get("reason") is not None or state.get("seen_by_autograd") != []:
+        return False
+    if torch._C._is_any_autocast_enabled():
+        return False
+    return not (torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in real))
 
 
 def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig | None = None, **kwargs):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -53,6 +54,13 @@ import types
 import torch
 import torch._dynamo
 from torch._dynamo import guards as _dynamo_guards
+from torch._dynamo import utils as _dynamo_utils
+
+try:  # (whether Dynamo's eval-frame callback is set: CacheCompiled.__call__ picks the replay by it)
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback as _eval_frame_callback
+except ImportError:  # another torch: every replay goes through torch._dynamo.disable
+    def _eval_frame_callback():
+        return True
 
 from . import backend as _backend
 from . import cache as _cache
@@ -576,10 +584,11 @@ def _versions(config: CompilerConfig) -> dict:
 class _Entry:
     """One saved frame: its checks and the function that runs its transformed bytecode."""
 
-    def __init__(self, data: dict, globals_: dict, graphs: dict, prefix: str = ""):
-        """graphs: the compiled functions by the names the bytecode reads them as; prefix: what a
-        loaded entry puts before the names Dynamo installed in the module's globals (this process's
-        Dynamo installs its own under the same names)."""
+    def __init__(self, data: dict, globals_: dict, graphs: dict, prefix: str = "", raw: dict | None = None):
+        """graphs: the compiled functions by the names the bytecode reads them as (wrapped so that
+        Dynamo does not trace into them); raw: the same functions unwrapped (default: unwrapped
+        here); prefix: what a loaded entry puts before the names Dynamo installed in the module's
+        globals (this process's Dynamo installs its own under the same names)."""
         rename = {n: prefix + n for n in (*graphs, *data["installed"])} if prefix else {}
         for name, value in graphs.items():  # (the transformed bytecode reads them as globals)
             globals_[rename.get(name, name)] = value
@@ -590,15 +599,57 @@ class _Entry:
         checks_g = {**globals_, **{n: globals_[r] for n, r in rename.items()}} if rename else globals_
         self.checks = _Checks(data["guards"], checks_g)
         code = _load_code(data["code"], data["extras"])
-        if rename:
-            def renamed(c):
-                consts = tuple(renamed(k) if isinstance(k, types.CodeType) else k for k in c.co_consts)
-                return c.replace(co_names=tuple(rename.get(n, n) for n in c.co_names), co_consts=consts)
-
-            code = renamed(code)
-        self.replay = types.FunctionType(code, globals_, "_call")  # (_call's code, transformed: no defaults)
+        self.replay = types.FunctionType(_renamed(code, rename), globals_, "_call")  # (_call's code: no defaults)
+        # The same bytecode for calls made where no Dynamo callback is set (a plain call, not inside a
+        # torch.compile'd region; CacheCompiled.__call__ picks): it calls the graphs unwrapped (no
+        # torch._dynamo.disable frame, which sets and restores the eval-frame callback, per graph) and
+        # Dynamo's profiler markers only while a profiler runs (_FastDynamoUtils)
+        fast = {}
+        for name, value in graphs.items():
+            fast[name] = f"{rename.get(name, name)}__airgraph_raw"
+            globals_[fast[name]] = (raw or {}).get(name) or _unwrap(value)
+        for name in data["installed"]:
+            if globals_[rename.get(name, name)] is _dynamo_utils:
+                fast[name] = "__airgraph_fast_dynamo_utils"
+                globals_[fast[name]] = _FAST_DYNAMO_UTILS
+        self.replay_fast = types.FunctionType(_renamed(code, {**rename, **fast}), globals_, "_call")
         self.bound = False  # whether its binding checks passed (CacheCompiled._bind, _still_bound)
-        self.hooks, self.hook_counts, self.children = (), (), []
+        # (hook dicts empty at binding, the others, their lengths; the module tree's _modules dicts and their values)
+        self.hook_state, self.children = ((), (), ()), []
+
+
+def _renamed(code: types.CodeType, rename: dict) -> types.CodeType:
+    """`code` (and the code objects in its constants) reading the globals named in `rename` under new names."""
+    if not rename:
+        return code
+    consts = tuple(_renamed(k, rename) if isinstance(k, types.CodeType) else k for k in code.co_consts)
+    return code.replace(co_names=tuple(rename.get(n, n) for n in code.co_names), co_consts=consts)
+
+
+_NO_PROFILE = contextlib.nullcontext()
+
+
+class _FastDynamoUtils:
+    """torch._dynamo.utils as a replayed bytecode reads it: the markers Dynamo's bytecode sets around
+    its graph call for the profiler ("Pregraph bytecode") are Dynamo's only while a profiler runs
+    (each is a torch._dynamo.disable'd function otherwise: ~1 us a call); anything else is the module's."""
+
+    @staticmethod
+    def record_pregraph_bytecode_enter():
+        if torch.autograd.profiler._is_profiler_enabled:
+            return _dynamo_utils.record_pregraph_bytecode_enter()
+        return _NO_PROFILE
+
+    @staticmethod
+    def record_pregraph_bytecode_exit(cm) -> None:
+        if cm is not _NO_PROFILE:
+            _dynamo_utils.record_pregraph_bytecode_exit(cm)
+
+    def __getattr__(self, name):
+        return getattr(_dynamo_utils, name)
+
+
+_FAST_DYNAMO_UTILS = _FastDynamoUtils()
 
 
 def _call(fn, /, *args, **kwargs):
@@ -646,7 +697,10 @@ class CacheCompiled:
         for e in self.entries:
             if e.checks.call(L) and (self._still_bound(e) or self._bind(e, L)):
                 try:
-                    out = e.replay(self.fn, *args, **kwargs)
+                    # (inside a torch.compile'd region, Dynamo's callback is set: the graphs are called through
+                    # torch._dynamo.disable, as Dynamo installs them, so that Dynamo does not trace into them)
+                    replay = e.replay_fast if _eval_frame_callback() is None else e.replay
+                    out = replay(self.fn, *args, **kwargs)
                 except InputMismatch as err:  # (raised before the graph ran: no side effect happened)
                     log.info("airgraph.cache_compile: %s: the saved graph refused the inputs (%s); tracing again",
                              self.__qualname__, err)
@@ -662,7 +716,8 @@ class CacheCompiled:
         if not e.checks.bind(L):
             return False
         dicts, children = _module_state(getattr(self.fn, "__self__", None))
-        e.hooks, e.hook_counts = dicts, tuple(map(len, dicts))
+        full = tuple(d for d in dicts if d)
+        e.hook_state = (tuple(d for d in dicts if not d), full, tuple(map(len, full)))
         e.children = [(d, tuple(d.values())) for d in children]
         e.bound = True
         return True
@@ -671,8 +726,11 @@ class CacheCompiled:
     def _still_bound(e: _Entry) -> bool:
         """What binding checked still holds, read cheaply on every call: no hook added or removed
         anywhere in the module tree (or globally), and every submodule the same object (a module
-        replaced by another, of another class, binds again and traces if its checks fail)."""
-        return e.bound and tuple(map(len, e.hooks)) == e.hook_counts and \
+        replaced by another, of another class, binds again and traces if its checks fail). The hook
+        dicts that were empty are read by truth value (most of them: one C-level `any`), the others
+        by length."""
+        empty, full, counts = e.hook_state
+        return e.bound and not any(empty) and tuple(map(len, full)) == counts and \
             all(tuple(d.values()) == v for d, v in e.children)
 
     # -- tracing

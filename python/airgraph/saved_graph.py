@@ -195,4 +195,4 @@ class SavedGraph:
                 if self._run is None:
                     self._run = self._build(args)
                 run = self._run
-        return run(list(args))
+        return run(args)  # (the argument tuple as it comes: nothing on our side writes into the argument list)
