@@ -116,7 +116,7 @@ def variants(name: str, folder: str) -> dict:
         cc2(*args)
         assert cc2.counts["loaded"] == 1 and cc2.counts["traces"] == 0, cc2.counts
         out["cache_compile.loaded"] = lambda: cc2(*args)
-        for k in ("compile", "compile.hit", "cache_compile", "cache_compile.loaded", "load"):
+        for k in ("compile", "cache_compile", "cache_compile.loaded", "load"):
             o = out[k]()
             a, b = (o[0] if isinstance(o, (tuple, list)) else o), (want[0] if isinstance(want, (tuple, list)) else want)
             assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), k
@@ -132,7 +132,10 @@ def _hit_variants(model, args, out: dict) -> dict:
     with torch.no_grad():
         model2 = copy.deepcopy(model)
         compiled2 = torch.compile(model2, backend="airgraph")
-        compiled2(*args)
+        got = compiled2(*args)
+        want = model(*args)
+        assert torch.allclose(got[0] if isinstance(got, (tuple, list)) else got,
+                              want[0] if isinstance(want, (tuple, list)) else want, atol=1e-4, rtol=1e-4)
     return {"engine": out["engine"], "load": out["load"], "compile.hit": lambda: compiled2(*args),
             "cache_compile.loaded": out["cache_compile.loaded"]}
 
@@ -197,7 +200,11 @@ def main():
         for name in a.models.split(","):
             fns, phase2 = variants(name, folder)
             med = measure(fns, a.rounds)
-            med2 = measure(phase2(), a.rounds)
+            try:
+                med2 = measure(phase2(), a.rounds)
+            except Exception as e:  # (an older tree: cache_compile's in-process entry and torch._dynamo.reset)
+                print(f"{name}: phase 2 failed: {type(e).__name__}: {str(e)[:200]}")
+                med2 = {"engine": 1.0, "load": 1.0, "compile.hit": float("nan"), "cache_compile.loaded": 1.0}
             res[name] = {"phase1": med, "phase2": med2}
             for title, m in (("", med), (" (phase 2: compile-cache hit)", med2)):
                 e = m["engine"]

@@ -599,7 +599,13 @@ class _Entry:
         checks_g = {**globals_, **{n: globals_[r] for n, r in rename.items()}} if rename else globals_
         self.checks = _Checks(data["guards"], checks_g)
         code = _load_code(data["code"], data["extras"])
-        self.replay = types.FunctionType(_renamed(code, rename), globals_, "_call")  # (_call's code: no defaults)
+        # the graphs also under names of ours: torch._dynamo.reset() removes the globals Dynamo installed,
+        # which an entry traced in this process would otherwise read
+        wrapped = {}
+        for name, value in graphs.items():
+            wrapped[name] = f"{rename.get(name, name)}__airgraph"
+            globals_[wrapped[name]] = value
+        self.replay = types.FunctionType(_renamed(code, {**rename, **wrapped}), globals_, "_call")  # (no defaults)
         # The same bytecode for calls made where no Dynamo callback is set (a plain call, not inside a
         # torch.compile'd region; CacheCompiled.__call__ picks): it calls the graphs unwrapped (no
         # torch._dynamo.disable frame, which sets and restores the eval-frame callback, per graph) and

@@ -191,3 +191,20 @@ def test_cache_compile_replay_keeps_profiler_marker(tmp_path):
             cc(x)
     names = {e.name for e in prof.events()}
     assert "Pregraph bytecode" in names, sorted(names)[:20]
+
+
+def test_cache_compile_entry_survives_dynamo_reset(tmp_path, monkeypatch):
+    """An entry traced in this process keeps its graphs under names of its own: torch._dynamo.reset()
+    (which removes the globals Dynamo installed) does not break its replay, plain or wrapped."""
+    torch.manual_seed(0)
+    model = Chain(3).eval()
+    x = torch.randn(1, 16)
+    cc = airgraph.cache_compile(model.forward, cache_dir="")
+    with torch.no_grad():
+        cc(x)
+        torch._dynamo.reset()
+        n = cc.counts["traces"]
+        torch.testing.assert_close(cc(x), model(x))
+        monkeypatch.setattr(ccm, "_eval_frame_callback", lambda: object())
+        torch.testing.assert_close(cc(x), model(x))
+        assert cc.counts["traces"] == n
