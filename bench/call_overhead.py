@@ -15,6 +15,8 @@ every round), the median over rounds of each block's time per call, in microseco
                  (a second phase, after torch._dynamo.reset(), with engine, load and cache_compile.loaded)
   cache_compile  airgraph.cache_compile(model.forward)(x), replaying the entry traced in this process
   cache_compile.loaded  the same entry loaded from its folder (what a later process replays)
+  cache_compile.engine  that entry's engine graph run alone (programs from bound weights can differ
+                 from the loaded file's: the part of the gap to `load` that is not the call path)
   eager          model(x)
 
     .venv/bin/python bench/call_overhead.py [--rounds N] [--models tiny,vit] [--json PATH]
@@ -116,6 +118,15 @@ def variants(name: str, folder: str) -> dict:
         cc2(*args)
         assert cc2.counts["loaded"] == 1 and cc2.counts["traces"] == 0, cc2.counts
         out["cache_compile.loaded"] = lambda: cc2(*args)
+        # cache_compile.engine: the loaded entry's engine graph alone (its program is built from bound
+        # weights, the loaded file's from the file's: the engine run itself may differ)
+        entry = cc2.entries[0]
+        raw = next(v for k, v in entry.replay_fast.__globals__.items()
+                   if k in entry.replay_fast.__code__.co_names and k.endswith("__airgraph_raw"))
+        graph_args = _caught_args(raw, lambda: cc2(*args))
+        saved_eg = raw._run.binder.binding.graphs[0] if hasattr(raw._run, "binder") else None
+        if saved_eg is not None and graph_args is not None:
+            out["cache_compile.engine"] = lambda: saved_eg.run(graph_args)
         for k in ("compile", "cache_compile", "cache_compile.loaded", "load"):
             o = out[k]()
             a, b = (o[0] if isinstance(o, (tuple, list)) else o), (want[0] if isinstance(want, (tuple, list)) else want)
@@ -138,6 +149,25 @@ def _hit_variants(model, args, out: dict) -> dict:
                               want[0] if isinstance(want, (tuple, list)) else want, atol=1e-4, rtol=1e-4)
     return {"engine": out["engine"], "load": out["load"], "compile.hit": lambda: compiled2(*args),
             "cache_compile.loaded": out["cache_compile.loaded"]}
+
+
+def _caught_args(obj, call):
+    """The arguments `obj` (an instance of a class of ours) is called with during `call()`."""
+    cls, caught = type(obj), []
+    orig = cls.__call__
+
+    def spy(self, *a, **k):
+        if self is obj:
+            caught.append(a)
+        return orig(self, *a, **k)
+
+    cls.__call__ = spy
+    try:
+        with torch.no_grad():
+            call()
+    finally:
+        cls.__call__ = orig
+    return caught[0] if caught else None
 
 
 def _dynamo_args(compiled, args, fn):

@@ -651,8 +651,10 @@ class _FastDynamoUtils:
         if cm is not _NO_PROFILE:
             _dynamo_utils.record_pregraph_bytecode_exit(cm)
 
-    def __getattr__(self, name):
-        return getattr(_dynamo_utils, name)
+    def __getattr__(self, name):  # (the module's functions, read once: later reads find them in the instance)
+        value = getattr(_dynamo_utils, name)
+        self.__dict__[name] = value
+        return value
 
 
 _FAST_DYNAMO_UTILS = _FastDynamoUtils()
