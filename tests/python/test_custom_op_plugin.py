@@ -60,6 +60,11 @@ def test_plugin_runs_fuses_exports_and_airgraph_run(model_and_input, plugins, tm
     assert rep.fallback_nodes == 0 and rep.reports[0].engine_graphs == 1, str(rep)
     with torch.no_grad():
         assert_close(torch.compile(m, backend="airgraph")(x), want, msg="plugin")
+    c = torch.compile(m, backend="airgraph", dynamic=True)  # symbolic sizes: the plugin's inference per size
+    with torch.no_grad():
+        for n in (3, 11):
+            xn = torch.randn(n, 64)
+            assert_close(c(xn), m(xn), msg=f"plugin, dynamic batch {n}")
     # the plugin's op as the epilogue of the linear layer before it
     code = dict(next(ops for n, v, ops in airgraph._C.loaded_plugins() if n == "mylib"))["mylib::scaled_gelu"]
     fused = [f for f in rep.fusions() if "scaled_gelu" in f[2]]
