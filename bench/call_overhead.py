@@ -120,11 +120,14 @@ def variants(name: str, folder: str) -> dict:
         out["cache_compile.loaded"] = lambda: cc2(*args)
         # cache_compile.engine: the loaded entry's engine graph alone (its program is built from bound
         # weights, the loaded file's from the file's: the engine run itself may differ)
-        entry = cc2.entries[0]
-        raw = next(v for k, v in entry.replay_fast.__globals__.items()
-                   if k in entry.replay_fast.__code__.co_names and k.endswith("__airgraph_raw"))
-        graph_args = _caught_args(raw, lambda: cc2(*args))
-        saved_eg = raw._run.binder.binding.graphs[0] if hasattr(raw._run, "binder") else None
+        entry, saved_eg, graph_args = cc2.entries[0], None, None
+        code = getattr(entry, "replay_fast", entry.replay).__code__  # (replay_fast: since 753be17)
+        raw = next((v for k, v in code and entry.replay.__globals__.items()
+                    if k in code.co_names and k.startswith("__airgraph_") and "compiled_fn" in k), None)
+        raw = getattr(raw, "_torchdynamo_orig_callable", raw)
+        if raw is not None and hasattr(raw, "_run"):
+            graph_args = _caught_args(raw, lambda: cc2(*args))
+            saved_eg = raw._run.binder.binding.graphs[0] if hasattr(raw._run, "binder") else None
         if saved_eg is not None and graph_args is not None:
             out["cache_compile.engine"] = lambda: saved_eg.run(graph_args)
         for k in ("compile", "cache_compile", "cache_compile.loaded", "load"):
