@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "airgraph/runner.h"
+#include "check_op.h"
 #include "ir/graph.h"
 #include "ir/op_registry.h"
 #include "ir/serialize.h"
@@ -138,14 +139,7 @@ TEST(Plugin, AFileRecordsThePluginAndTheRunnerNeedsIt) {
 namespace ag {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;  // (check_op.h)
 
 TEST(PluginChecks, InferenceResultsAreChecked) {
   load_plugin(AIRGRAPH_CHECKED_PLUGIN);
