@@ -22,8 +22,9 @@ inline float bits_to_float(int32_t i) {
 }
 
 // a * b + c. For floating types one rounding (std::fma: an FMA instruction on x86-64-v3), the
-// one place an FMA happens: the core builds with -ffp-contract=off, so the compiler never forms
-// one from `a * b + c` on its own and every build gives the same bits. Integers: wrapping a*b+c.
+// one place an FMA happens in the op rows: their sources build with -ffp-contract=off, so the
+// compiler never forms one from `a * b + c` on its own there, and the functions below write
+// theirs out, so they give the same bits wherever they are inlined. Integers: wrapping a*b+c.
 template <typename C> inline C fmadd(C a, C b, C c) {
   if constexpr (std::is_floating_point_v<C>) return std::fma(a, b, c);
   else return static_cast<C>(a * b + c);
@@ -139,7 +140,7 @@ template <typename C> inline C gelu_erf_(C x) {
 template <typename C> inline C gelu_tanh_(C x) {
   const C kBeta = C(0.79788456080286535588);  // sqrt(2) * (2/sqrt(pi)) * 0.5
   const C kKappa = C(0.044715);
-  C inner = kBeta * (x + kKappa * x * x * x);
+  C inner = kBeta * fmadd(kKappa * x * x, x, x);  // x + kKappa x^3
   return C(0.5) * x * (C(1) + tanh_(inner));
 }
 

@@ -13,8 +13,8 @@
 // Rounding (the README's "Numerics"): an expression rounds exactly as written, once per
 // operation in the compute type C. A multiply and an add become one fused multiply-add only
 // where the row says math::fmadd / math::fnmadd, as eager's kernel for that op does (add and sub
-// with alpha); the core builds with -ffp-contract=off, so no compiler, optimization level,
-// sanitizer or ISA variant forms one elsewhere. A bfloat16/float16 result rounds once, at its
+// with alpha); the row sources build with -ffp-contract=off (CMakeLists.txt), so no compiler,
+// optimization level, sanitizer or ISA variant forms one elsewhere. A bfloat16/float16 result rounds once, at its
 // store. NaN: a result is NaN in every form exactly where it is in the others (and in eager);
 // which NaN (sign and payload) is not specified, as in IEEE 754 and eager PyTorch (on x86,
 // inf - inf gives a negative NaN, a NaN operand passes its own on, and a compiler may order a

@@ -675,7 +675,13 @@ __attribute__((target_clones("arch=x86-64-v4", "default")))
 void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t n) {
   switch (code) {
     AG_FE_UNARY_CASES
-    default: fail("fused_elementwise: ", code, " is not a unary instruction code");
+    default:
+      if (const RowF32Fn row = row_fn(code)) {  // a plugin's epilogue op (OpDef::row_f32; a lock-free read)
+        if (d != a) std::copy(a, a + n, d);
+        row(d, n, p);
+        break;
+      }
+      fail("fused_elementwise: ", code, " is not a unary instruction code");
   }
 }
 

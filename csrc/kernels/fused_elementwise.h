@@ -74,7 +74,9 @@ bool encode(const Node& n, FusedInstr* out);
 bool value_dtype_ok(DType t);  // a dtype fused values may have: f32, bf16, f16, bool
 
 // Runs one unary instruction (a unary, predicate, param or functor row) over n floats: the
-// interpreter's case, also used by the GEMM/conv epilogues (kernels/epilogue.cpp).
+// interpreter's case, also used by the GEMM/conv epilogues (kernels/epilogue.cpp). A code in
+// [kRowCodeBegin, ...) runs the row function an op registered with it (OpDef::row_f32: a plugin's
+// epilogue op, kernels/plugin.cpp).
 void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t n);
 
 }  // namespace ag::fe

@@ -205,18 +205,6 @@ bool fuse_plugin(const Node& n, FusedInstr* o) {
   return true;
 }
 
-// Whether the fused interpreter runs row-function codes (OpDef::row_f32) as unary instructions:
-// fe::run_unary dispatches a code in [kRowCodeBegin, ...) through row_fn, and says so with
-// AG_FE_RUNS_ROW_FNS (kernels/fused_elementwise.h). Without it an epilogue op stays a node of its
-// own (no GEMM absorbs it).
-constexpr bool interpreter_runs_rows() {
-#ifdef AG_FE_RUNS_ROW_FNS
-  return true;
-#else
-  return false;
-#endif
-}
-
 std::deque<PluginInfo>& plugins() {
   static std::deque<PluginInfo> d;
   return d;
@@ -277,7 +265,7 @@ const PluginInfo& load_plugin(const std::string& path) {
     od.make_kernel = make_plugin_kernel;
     if (d.flags & AG_OP_ELEMENTWISE) od.props |= kElementwise;
     if (d.flags & AG_OP_NO_FOLD) od.props |= kNoFold | kNoCSE;
-    if ((d.flags & AG_OP_EPILOGUE) && interpreter_runs_rows()) {
+    if (d.flags & AG_OP_EPILOGUE) {  // (fe::run_unary runs its row function)
       od.epilogue = true;
       od.fuse = fuse_plugin;
       od.row_f32 = d.epilogue_f32;

@@ -28,14 +28,17 @@ def build_plugin(build_dir: str, version: str = "1.0") -> str:
     if os.path.exists(lib):
         return lib
     os.makedirs(build_dir, exist_ok=True)
+    # the build tools run without a preloaded sanitizer runtime (scripts/sanitize.sh preloads ASan
+    # for this Python process; under it GNU make itself reports a heap overflow of its own)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     if shutil.which("cmake") and version == "1.0":
         subprocess.run(["cmake", "-S", HERE, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                        f"-Dairgraph_DIR={airgraph.cmake_dir()}"], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(["cmake", "--build", build_dir], check=True, stdout=subprocess.DEVNULL)
+                        f"-Dairgraph_DIR={airgraph.cmake_dir()}"], check=True, stdout=subprocess.DEVNULL, env=env)
+        subprocess.run(["cmake", "--build", build_dir], check=True, stdout=subprocess.DEVNULL, env=env)
     else:  # the same in one compiler call (CXXFLAGS as CMake would take them: a sanitizer, say)
         subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", *os.environ.get("CXXFLAGS", "").split(),
                         f"-I{airgraph.include_dir()}", f'-DMYLIB_VERSION="{version}"',
-                        os.path.join(HERE, "scaled_gelu_plugin.cpp"), "-o", lib], check=True)
+                        os.path.join(HERE, "scaled_gelu_plugin.cpp"), "-o", lib], check=True, env=env)
     return lib
 
 
