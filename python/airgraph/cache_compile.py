@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import contextlib
 import dataclasses
 import enum
@@ -146,6 +147,10 @@ def _resolve(ref):
         return getattr(_resolve(ref[1]), ref[2])
     if kind == "code":
         return _load_code(ref[1], ref[2])
+    if kind == "inst":  # an object of a local class (_instance_ref), compared by ___same_instance
+        return _load_desc(ref)
+    if kind == "lc":  # a local class's description (_local_class_ref), compared by ___local_class
+        return ("lc", ref[1], ref[2], [_resolve(b) for b in ref[3]], [(k, _load_desc(d)) for k, d in ref[4]])
     raise ValueError(f"unknown reference {ref!r}")
 
 
@@ -178,6 +183,125 @@ def _ref(obj):
             except Exception:
                 pass
     return None
+
+
+_CLASS_BOOKKEEPING = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__firstlineno__",
+                      "__static_attributes__", "__annotations__"}
+
+
+def _describe(x):
+    """A value of a local class (an attribute, a closure cell) by value: a constant, a name, a
+    function (its code and its closure's contents, described alike) or a static/class method of one;
+    None when it is none of these."""
+    if _constant(x):
+        return ("const", x)
+    r = _ref(x)
+    if r is not None:
+        return ("ref", r)
+    if type(x) in (dict, list, tuple, set, collections.OrderedDict) and len(x) == 0:
+        return ("empty", _ref(type(x)))
+    if isinstance(x, (staticmethod, classmethod)):
+        inner = _describe(x.__func__)
+        return None if inner is None else ("wrap", type(x).__name__, inner)
+    if isinstance(x, types.FunctionType):
+        cells = []
+        for c in x.__closure__ or ():
+            try:
+                d = _describe(c.cell_contents) if c.cell_contents is not x else ("self",)
+            except ValueError:  # (an empty cell)
+                return None
+            if d is None:
+                return None
+            cells.append(d)
+        try:
+            return ("fn", *_dump_code(x.__code__), cells)
+        except Unsaveable:
+            return None
+    return None
+
+
+def _load_desc(d):
+    if d[0] in ("ref", "empty"):
+        return (d[0], _resolve(d[1]))
+    if d[0] == "inst":
+        return ("inst", _resolve(d[1]), [(k, _load_desc(e)) for k, e in d[2]])  # (d[1]: a local class's "lc")
+    if d[0] == "wrap":
+        return ("wrap", d[1], _load_desc(d[2]))
+    if d[0] == "fn":
+        return ("fn", _load_code(d[1], d[2]), [_load_desc(c) for c in d[3]])
+    return d
+
+
+def _matches(x, d) -> bool:
+    if d[0] == "const":
+        return type(x) is type(d[1]) and x == d[1]
+    if d[0] == "ref":
+        return x is d[1]
+    if d[0] == "empty":
+        return type(x) is d[1] and len(x) == 0
+    if d[0] == "inst":
+        cls, own = type(x), getattr(x, "__dict__", None)
+        return (cls is d[1] if not isinstance(d[1], tuple) else _same_local_class(cls, d[1])) and \
+            isinstance(own, dict) and own.keys() == {k for k, _ in d[2]} and all(_matches(own[k], e) for k, e in d[2])
+    if d[0] == "wrap":
+        return type(x).__name__ == d[1] and _matches(x.__func__, d[2])
+    if d[0] == "fn":
+        cl = getattr(x, "__closure__", None) or ()
+        return isinstance(x, types.FunctionType) and x.__code__ == d[1] and len(cl) == len(d[2]) and \
+            all(c.cell_contents is x if e == ("self",) else _matches(c.cell_contents, e) for c, e in zip(cl, d[2]))
+    return False
+
+
+def _local_class_ref(cls):
+    """A class made inside a function (a new class object per call: no name reaches it from another
+    process; transformers' hub-kernel function modules, say) described by value: its module and
+    qualified name, its bases (by name), and every attribute of its own (constants, names, functions
+    by code and closure contents); None when any of it cannot be described. Two classes with equal
+    descriptions behave alike: the guard that compared the class object compares the description
+    instead (___local_class). (A function outside such a class is compared by its code already.)"""
+    if not isinstance(cls, type) or "<locals>" not in getattr(cls, "__qualname__", ""):
+        return None
+    bases = [_ref(b) for b in cls.__bases__]
+    if any(b is None for b in bases):
+        return None
+    attrs = []
+    for k, v in vars(cls).items():
+        if k in _CLASS_BOOKKEEPING:
+            continue
+        d = _describe(v)
+        if d is None:
+            return None
+        attrs.append((k, d))
+    return ("lc", cls.__module__, cls.__qualname__, bases, attrs)
+
+
+def _instance_ref(obj):
+    """An object of a class made inside a function (a hub-kernel function module that a decorator
+    made at import, say: every process has its own, at the same place) described by value: its
+    class (as _local_class_ref) and every entry of its __dict__ (constants, names, empty
+    containers, functions by code); None when any of it cannot be described."""
+    cls = _local_class_ref(type(obj))
+    own = getattr(obj, "__dict__", None)
+    if cls is None or not isinstance(own, dict):
+        return None
+    attrs = []
+    for k, v in own.items():
+        e = _describe(v)
+        if e is None:
+            return None
+        attrs.append((k, e))
+    return ("inst", cls, attrs)
+
+
+def _same_local_class(cls, d) -> bool:
+    """Whether class `cls` matches a local class's description (see _local_class_ref)."""
+    _, mod, qual, bases, attrs = d
+    if not isinstance(cls, type) or cls.__module__ != mod or cls.__qualname__ != qual:
+        return False
+    if len(cls.__bases__) != len(bases) or any(a is not b for a, b in zip(cls.__bases__, bases)):
+        return False
+    own = {k: v for k, v in vars(cls).items() if k not in _CLASS_BOOKKEEPING}
+    return own.keys() == {k for k, _ in attrs} and all(_matches(own[k], e) for k, e in attrs)
 
 
 # ----------------------------------------------------------------------------- guards
@@ -218,6 +342,16 @@ class _GuardText:
             raise Unsaveable(f"a guard compares {what} with {obj!r:.80}, which another process cannot name")
         self.objs.append(r)
         return f"O[{len(self.objs) - 1}]"
+
+    def _is_class(self, expr: str, cls, what: str) -> str:
+        """The check `expr is cls` for a class: by name, or by description for a class made inside a
+        function (transformers' hub-kernel function modules, say)."""
+        if _ref(cls) is None:
+            d = _local_class_ref(cls)
+            if d is not None:
+                self.objs.append(d)
+                return f"___local_class({expr}, O[{len(self.objs) - 1}])"
+        return f"{expr} is {self._obj(cls, what)}"
 
     def _code_of(self, fn, what: str) -> str:
         code = getattr(fn, "__code__", None)
@@ -290,6 +424,11 @@ class _GuardText:
                         code = f"{expr}.__code__ == {self._code_of(want, expr)}"
                     elif kind == "obj" and isinstance(want, types.CodeType):
                         code = f"{expr} == {self._code_of(types.SimpleNamespace(__code__=want), expr)}"
+                    elif isinstance(want, type):
+                        code = self._is_class(f"type({expr})" if kind == "type" else expr, want, expr)
+                    elif kind == "obj" and _ref(want) is None and _instance_ref(want) is not None:
+                        self.objs.append(_instance_ref(want))
+                        code = f"___same_instance({expr}, O[{len(self.objs) - 1}])"
                     else:
                         code = f"{'type(' + expr + ')' if kind == 'type' else expr} is {self._obj(want, expr)}"
                 elif "___check_" in code or "___dict_version" in code or "___key_to_id" in code:
@@ -311,7 +450,7 @@ class _GuardText:
         elif t == "NONE_MATCH":
             return f"{src} is None"
         elif g.has_value and t == "TYPE_MATCH":
-            return f"type({src}) is {self._obj(type(v), src)}"
+            return self._is_class(f"type({src})", type(v), src)
         elif g.has_value and t in ("ID_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH"):
             return f"{src} is {self._obj(v, src)}"
         elif g.has_value and t in ("CONSTANT_MATCH", "EQUALS_MATCH") and _constant(v):
@@ -340,7 +479,8 @@ class _Checks:
         objs = []
         for r in rec["objs"]:
             objs.append(_resolve(r))  # (a name no longer there: the entry is not usable here)
-        scope = {**_closure_vars(), "O": objs, "G": G, "__builtins__": builtins, "___same_code": _same_code(objs)}
+        scope = {**_closure_vars(), "O": objs, "G": G, "__builtins__": builtins, "___same_code": _same_code(objs),
+                 "___local_class": _same_local_class, "___same_instance": _matches}
         # every call: the checks of the arguments, and the values the trace read from the module and the
         # function's closure (a config value, an attribute such as a scale); binding: all the rest too
         # (classes, hooks, globals, code), when the entry meets a module object for the first time

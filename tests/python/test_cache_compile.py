@@ -282,3 +282,38 @@ def test_forward_returning_a_size_runs_whole_and_is_saved(tmp_path):
             torch.testing.assert_close(got["y"], m(x)["y"])
             assert got["n"] == batch and type(got["n"]) is int
     assert f.unsaved is None and f.counts["saved"] == 1 and f.counts["replays"] == 2, (f.unsaved, f.counts)
+
+
+def test_local_classes_are_compared_by_what_they_are():
+    # transformers >= 5 with `kernels` installed wraps apply_rotary_pos_emb in a module of a class made
+    # inside a function (kernels' _create_func_module): each process has its own class object, so a
+    # saved guard on it compares a description (bases, code and closure of every method, constant
+    # attributes, and an instance's __dict__), never an id; anything else that differs refuses it
+    import pickle
+
+    from airgraph.cache_compile import _instance_ref, _local_class_ref, _matches, _resolve, _same_local_class
+
+    def make(k, flag=True):
+        class Func(torch.nn.Module):
+            can_compile = flag
+
+            def forward(self, x):
+                return x * k
+        return Func
+
+    def load(d):
+        return _resolve(pickle.loads(pickle.dumps(d)))
+
+    saved = load(_local_class_ref(make(2)))
+    assert _same_local_class(make(2), saved)  # another class object, made alike
+    assert not _same_local_class(make(3), saved)  # another closure value
+    assert not _same_local_class(make(2, flag=False), saved)  # another class attribute
+    assert not _same_local_class(torch.nn.Identity, saved)
+    inst = load(_instance_ref(make(2)()))
+    assert _matches(make(2)(), inst)
+    other = make(2)()
+    other.train(False)  # another instance state
+    assert not _matches(other, inst)
+    bound = make(2)()
+    bound.forward = lambda x: x  # an instance-level override (what kernelize does)
+    assert _instance_ref(bound) is not None and not _matches(make(2)(), load(_instance_ref(bound)))
