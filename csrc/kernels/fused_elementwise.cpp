@@ -385,7 +385,7 @@ class FusedKernel final : public Kernel {
       }
       return nbuf++;
     };
-    // one-element inputs are values; only a where reads them as (splatted) tiles
+    // one-element inputs are values; only where and fma read them as (splatted) tiles
     std::vector<char> splat(nin_, 0);
     for (int i = 0; i < k; ++i)
       if (p.ops[i] == kWhere || p.ops[i] == kFma)
