@@ -1101,6 +1101,7 @@ def first_call_worker(mode: str, model_name: str, folder: str, size: str) -> dic
     model, args, kwargs = zoo.build(model_name, size=size, batch=1)
     import airgraph  # (imports are outside every timed span)
     from airgraph import backend as ag_backend
+    from airgraph.graph_types import sum_phases
 
     with torch.no_grad():
         if mode == "setup":
@@ -1151,6 +1152,7 @@ def first_call_worker(mode: str, model_name: str, folder: str, size: str) -> dic
             out = fn(*args, **kwargs)
             total = (time.perf_counter() - t0) * 1000
         compile_ms = sum(r.compile_ms for r in reports)
+        phases = sum_phases(reports)  # where the cold start went (CompileReport.phases, seconds)
         backend_ms = _BACKEND_S[0] * 1000
         info = airgraph.cache_info()
         later = _later_ms(fn, args, kwargs, res)
@@ -1165,6 +1167,7 @@ def first_call_worker(mode: str, model_name: str, folder: str, size: str) -> dic
                    dynamo_ms=max(0.0, total - backend_ms - first_runs[0] - (gcm.total_ms - gcm.backend_ms)),
                    gc_ms=gcm.total_ms, gc_backend_ms=gcm.backend_ms,
                    graphs=len(reports), later_ms=later, max_diff=_max_diff(out, want),
+                   phases_ms={k: v * 1000 for k, v in phases.items()},
                    cache={k: info[k] for k in ("hits", "optimized_hits", "dynamo_hits", "misses", "writes", "rebuilt",
                                                "errors", "entries")})
     return res
@@ -1315,6 +1318,22 @@ def _first_call_lines(first: dict) -> list[str]:
               for q in (r.get("cc_cold", {"error": "not run"}), r.get("cc_warm", {"error": "not run"}))]
         name = r["model"] + (f" (LOADED: {', '.join(r['loaded'])})" if r.get("loaded") else "")
         lines.append(f"| {name} | {eager} | {cold} | {warm} | {second} | {exp} | {later} | {mem} | {aot} | {cc[0]} | {cc[1]} |")
+    from airgraph.graph_types import PHASES
+
+    split = [(r["model"], mode, r[mode]["phases_ms"], r[mode]["total_ms"]) for r in first["rows"]
+             for mode in ("cold", "warm") if "phases_ms" in r.get(mode, {})]
+    if split:
+        lines += ["", "Where a cold and a warm first call go (`torch.compile`, ms; the graphs' CompileReport.phases: "
+                      "Dynamo's tracing and guard building from torch's own timers, AOTAutograd as the backend's time "
+                      "but for airgraph's, airgraph's lowering (partitioning and cache work included), the C++ passes, "
+                      "kernel creation with weight packing; the rest is the first engine run and the Python around "
+                      "the call):", "",
+                  "| model | start | total | " + " | ".join(text for _, text in PHASES) + " | rest |",
+                  "|---|---|---|" + "---|" * (len(PHASES) + 1)]
+        for model, mode, ph, total in split:
+            rest = total - sum(ph.values())
+            lines.append(f"| {model} | {mode} | {total:.0f} | " + " | ".join(
+                f"{ph[k]:.0f}" if k in ph else "" for k, _ in PHASES) + f" | {rest:.0f} |")
     ov = first.get("overhead") or {}
     if "error" in ov:
         lines += ["", f"Per-call overhead (x * 2 + 1 on 16 floats): {_cell_error(ov['error'], 200)}"]

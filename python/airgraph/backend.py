@@ -22,7 +22,7 @@ from . import cache as _cache
 from .compiler import compile_aten_graph, engine_runner
 from .config import CompilerConfig
 from .decompositions import decomposition_table
-from .graph_types import CompileReport
+from .graph_types import CompileReport, phases_text
 from .lowering.vision import keep_resizes_whole
 from .shapes import ShapeSpec
 
@@ -216,9 +216,53 @@ def set_dim_gears(t: torch.Tensor, dim_gears: dict[int, list[int]]):
     t._airgraph_dim_gears = {**getattr(t, "_airgraph_dim_gears", {}), **spec}
 
 
+_CLAIMED: dict = {}  # Dynamo timer -> (its list, length, latest entry) a report took (_dynamo_seconds)
+
+
+def _dynamo_seconds(timer: str) -> float | None:
+    """The latest entry of one of Dynamo's own timers (torch._dynamo.utils.compilation_time_metrics:
+    "bytecode_tracing" ends just before the backend is called, "build_guards" just before the graph's
+    first call), once: a frame that made several graphs has one entry, which its first graph takes.
+    None where this torch keeps no such timer."""
+    try:
+        entries = torch._dynamo.utils.compilation_time_metrics.get(timer)
+    except AttributeError:
+        return None
+    if not entries:
+        return None
+    seen = _CLAIMED.get(timer)
+    if seen is not None and seen[0] is entries and seen[1] == len(entries) and seen[2] is entries[-1]:
+        return None  # (the same latest entry; torch._dynamo.reset() empties or replaces the list)
+    _CLAIMED[timer] = (entries, len(entries), entries[-1])
+    return float(entries[-1])
+
+
+def _report_guards_on_first_call(compiled, report: CompileReport):
+    """Dynamo builds a frame's guards after the backend returns and before the graph's first call:
+    the first call reads how long that took into the report, logs the cold start's split and puts
+    the plain callable back (later calls pay nothing)."""
+    inner = compiled.fn
+
+    def first(*args, **kwargs):
+        compiled.fn = inner
+        s = _dynamo_seconds("build_guards")
+        if s is not None:
+            report.add_phase("guards", s)
+        log.info("airgraph: graph(s) %s cold start: %s", ", ".join(f"graph_{g.gid}" for g in report.graphs) or "-",
+                 phases_text(report.phases))
+        return inner(*args, **kwargs)
+
+    compiled.fn = first
+    return compiled
+
+
 def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, params: dict[int, str],
              spec: ShapeSpec | None = None):
+    t_entry = time.perf_counter()
     report = CompileReport()
+    traced = _dynamo_seconds("bytecode_tracing")
+    if traced is not None:
+        report.add_phase("dynamo", traced)
     for sink in _REPORT_SINKS:
         sink.append(report)
     real = list(example_inputs)
@@ -236,9 +280,18 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         if hit is not None:
             run, state["cached"] = hit  # (torch's aot_compile saves the entry's lowered graph)
             report.compile_ms = (time.perf_counter() - t0) * 1000
-            return aot_compile_support.wrap(lambda *args: run(args), state)
+            report.add_phase("lowering", report.compile_ms / 1000 - report.phases.get("passes", 0.0)
+                             - report.phases.get("kernels", 0.0))  # (reading the entry)
+            return _report_guards_on_first_call(aot_compile_support.wrap(lambda *args: run(args), state), report)
 
     def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
+        t_fw = time.perf_counter()
+        try:
+            return _fw_compiler(aot_gm, aot_inputs)
+        finally:
+            state["fw_s"] = state.get("fw_s", 0.0) + time.perf_counter() - t_fw
+
+    def _fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
         n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
         flat = _flat_inputs(aot_gm, real, params) if n_ph != len(real) and params else None
         const_names = flat[1] if flat else params
@@ -315,13 +368,16 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
             compiled = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                              decompositions=decomposition_table(),
                                              keep_inference_input_mutations=True)
+        # AOTAutograd: the backend's time but for airgraph's own (the cache key, the graph's compile)
+        report.add_phase("aot", time.perf_counter() - t_entry - state.get("fw_s", 0.0) - key_ms / 1000)
+        report.add_phase("lowering", key_ms / 1000)
         run = state.get("run")
         if run is not None and _wrapper_idle(state, real):
             # AOTAutograd's runtime wrapper would only call the graph (12-20 us a call): Dynamo calls ours
             # directly, as it does on a compile-cache hit (the same callable; the argument tuple as it
             # comes: nothing on our side writes into the argument list)
-            return aot_compile_support.wrap(lambda *args: run(args), state)
-        return aot_compile_support.wrap(compiled, state)
+            return _report_guards_on_first_call(aot_compile_support.wrap(lambda *args: run(args), state), report)
+        return _report_guards_on_first_call(aot_compile_support.wrap(compiled, state), report)
 
     return aot()
 

@@ -48,10 +48,14 @@ def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]
     consts: argument position -> parameter or buffer to bind as a constant (checked on every
     call unless config.frozen_parameters); const_names: position -> name, for log messages."""
     # AOTAutograd may call us with its fake mode active; constants we make must be real.
+    t0, before = time.perf_counter(), report.phases.get("passes", 0.0) + report.phases.get("kernels", 0.0)
     with unset_fake_temporarily():
         writes = take_input_writes(gm)  # (output indices of the whole output list)
         passthrough = take_passthrough_outputs(gm)
         run = _compile_aten_graph(gm, consts, config, report, const_names, spec)
+    # lowering: all of it but the passes and the kernels (the partitioning and cache work included)
+    engine = report.phases.get("passes", 0.0) + report.phases.get("kernels", 0.0) - before
+    report.add_phase("lowering", time.perf_counter() - t0 - engine)
     if passthrough:
         run = with_passthrough(run, passthrough)
     return _writing_inputs(run, writes) if writes else run

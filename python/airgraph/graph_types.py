@@ -43,6 +43,32 @@ class CompileReport:
     # (lowered graph, optimized graph) of each graph compiled through the compile cache, for its
     # Dynamo-level entry: the backend writes that entry, or not, and drops them
     cache_graphs: list = field(default_factory=list)
+    # where the cold start went, seconds per phase (PHASES names them, in the order they run):
+    # Dynamo's tracing and guard building (read from torch's own timers on the graph's first call),
+    # AOTAutograd, airgraph's lowering, the C++ passes, and kernel creation with weight packing
+    phases: dict = field(default_factory=dict)
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + max(0.0, seconds)
+
+
+# (phase key, how a line names it), in the order a cold start runs them
+PHASES = (("dynamo", "Dynamo tracing"), ("aot", "AOTAutograd"), ("lowering", "lowering"), ("passes", "passes"),
+          ("kernels", "kernels and packing"), ("guards", "guards"))
+
+
+def phases_text(phases: dict) -> str:
+    """'Dynamo tracing 1.2 s, AOTAutograd 0.8 s, ...' for the phases present (seconds)."""
+    return ", ".join(f"{text} {phases[k]:.2f} s" for k, text in PHASES if k in phases)
+
+
+def sum_phases(reports) -> dict:
+    """The phases of several reports (one per graph) added up."""
+    total: dict = {}
+    for r in reports:
+        for k, v in getattr(r, "phases", {}).items():
+            total[k] = total.get(k, 0.0) + v
+    return total
 
 
 @dataclass

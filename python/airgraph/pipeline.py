@@ -66,14 +66,18 @@ def compile_lowered(low: Lowered, config: CompilerConfig, report: CompileReport,
     if not optimized:
         hooks = [o.after_pass for o in observers if hasattr(o, "after_pass")]
         after = None if not hooks else hooks[0] if len(hooks) == 1 else _Hooks(hooks)
+        tp = time.perf_counter()
         stats = run_passes(g, config, after)
+        report.add_phase("passes", time.perf_counter() - tp)
     for o in observers:
         if hasattr(o, "optimized"):
             o.optimized(gid, low, stats)
     text = str(g) if keep_text else ""
     s = shared
+    tk = time.perf_counter()
     exe = g.compile(config.allow_inplace, config.fault_node, s and s.prepack_cache, s and s.arena,
                     s and s.kernel_cache, config.background_packing, config.pack_rows())
+    report.add_phase("kernels", time.perf_counter() - tk)
     watchers = [o for o in observers if hasattr(o, "called")]
     watch = None if not watchers else watchers[0] if len(watchers) == 1 else _Watchers(watchers)
     eg = EngineGraph(gid, exe, low, config.num_threads, text, watch, writes)

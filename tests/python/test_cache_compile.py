@@ -255,6 +255,10 @@ def test_progress_line_for_a_long_trace(tmp_path, monkeypatch, capfd):
         f(torch.randn(3, 4))
     err = capfd.readouterr().err
     assert "airgraph: Sequential.forward: " in err and "traced and compiled 1 graph(s) in" in err, err[-2000:]
+    # the line splits the time: Dynamo's phases, AOTAutograd, airgraph's and the recording (issue 37)
+    for phase in ("Dynamo tracing", "AOTAutograd", "lowering", "passes", "kernels and packing", "guards",
+                  "recording and first run"):
+        assert phase in err, (phase, err[-2000:])
     with torch.no_grad():
         f(torch.randn(3, 4))
     assert "airgraph:" not in capfd.readouterr().err  # a replay says nothing

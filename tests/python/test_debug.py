@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -176,3 +177,29 @@ def test_compare_on_a_zoo_model_has_no_false_divergence():
     rep = airgraph.debug.compare(model, *args, bisect_passes=False, **kwargs)
     assert rep.ok, str(rep)
     assert rep.compared >= 10
+
+
+def test_compile_report_splits_the_cold_start(tmp_path, monkeypatch, caplog):
+    # issue 37: a cold start is split into Dynamo's tracing and guards, AOTAutograd, airgraph's
+    # lowering, the passes and the kernels, per graph; the split is logged on the first call
+    import logging
+
+    from airgraph import backend as ag_backend
+    from airgraph.graph_types import PHASES, sum_phases
+
+    monkeypatch.setenv("AIRGRAPH_CACHE_DIR", str(tmp_path))  # (a miss: every phase runs)
+    torch._dynamo.reset()
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(3, 8)
+    with ag_backend.collect_reports() as reports, torch.no_grad(), caplog.at_level(logging.INFO, "airgraph"):
+        t0 = time.perf_counter()
+        out = torch.compile(m, backend="airgraph")(x)
+        total = time.perf_counter() - t0
+    torch.testing.assert_close(out, m(x))
+    phases = sum_phases(reports)
+    assert set(phases) == {k for k, _ in PHASES}, phases
+    assert all(v >= 0 for v in phases.values()) and 0 < sum(phases.values()) <= total, (phases, total)
+    assert phases["dynamo"] > 0 and phases["aot"] > 0 and phases["guards"] > 0, phases
+    line = [r.getMessage() for r in caplog.records if "cold start:" in r.getMessage()]
+    assert line and "Dynamo tracing" in line[0] and "kernels and packing" in line[0], line
+    torch._dynamo.reset()
