@@ -1,7 +1,9 @@
-"""What one call costs beyond the engine run (issue 35, item 5), on two models:
+"""What one call costs beyond the engine run (issue 35, item 5), on three models:
 
   tiny   a chain of 50 x (Linear(16, 16) + ReLU), batch 1: ~100 tiny ops, 100 parameters
-  vit    the zoo's small ViT config (ViTModel: 32x32 image, 2 layers, 64 wide), batch 1
+  vit    the zoo's small ViT config (ViTModel: 32x32 image, 2 layers, 64 wide), batch 1: 40 parameters
+  mobilenetv2  the zoo's small MobileNetV2 config, batch 1: 262 parameters and buffers, each a graph
+         input Dynamo fetches from the module tree and guards on every call (the many-weights case)
 
 For each model, interleaved blocks of calls (one block of each variant per round, the order rotated
 every round), the median over rounds of each block's time per call, in microseconds:
@@ -19,7 +21,7 @@ every round), the median over rounds of each block's time per call, in microseco
                  from the loaded file's: the part of the gap to `load` that is not the call path)
   eager          model(x)
 
-    .venv/bin/python bench/call_overhead.py [--rounds N] [--models tiny,vit] [--json PATH]
+    .venv/bin/python bench/call_overhead.py [--rounds N] [--models tiny,vit,mobilenetv2] [--json PATH]
 
 A benchmark, not a test: compile.inner reads airgraph's internals. Everything runs under
 torch.no_grad() with the default config (weights checked on every call).
@@ -57,7 +59,7 @@ def build(name: str):
     torch.manual_seed(0)
     if name == "tiny":
         return Tiny().eval(), (torch.randn(1, 16),)
-    model, args, kwargs = zoo.build("vit", "small", batch=1)
+    model, args, kwargs = zoo.build(name, "small", batch=1)
     assert not kwargs
     return model.eval(), args
 
@@ -127,7 +129,8 @@ def variants(name: str, folder: str) -> dict:
         raw = getattr(raw, "_torchdynamo_orig_callable", raw)
         if raw is not None and hasattr(raw, "_run"):
             graph_args = _caught_args(raw, lambda: cc2(*args))
-            saved_eg = raw._run.binder.binding.graphs[0] if hasattr(raw._run, "binder") else None
+            graphs = raw._run.binder.binding.graphs if hasattr(raw._run, "binder") else []
+            saved_eg = graphs[0] if graphs and hasattr(graphs[0], "run") else None  # (not a sized graph)
         if saved_eg is not None and graph_args is not None:
             out["cache_compile.engine"] = lambda: saved_eg.run(graph_args)
         for k in ("compile", "cache_compile", "cache_compile.loaded", "load"):
@@ -220,7 +223,7 @@ def measure(fns: dict, rounds: int, block_s: float = 0.02) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--models", default="tiny,vit")
+    ap.add_argument("--models", default="tiny,vit,mobilenetv2")
     ap.add_argument("--json")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: the per-call cost is host work; fewer threads, less noise)")

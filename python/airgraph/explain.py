@@ -12,7 +12,7 @@ import torch
 
 from . import backend as _backend
 from .config import CompilerConfig
-from .graph_types import CompileReport
+from .graph_types import CompileReport, phases_text, sum_phases
 
 
 # an engine node of the optimized graph's text that carries the FX nodes it absorbed
@@ -89,6 +89,9 @@ class ExplainReport:
             f"compile {self.compile_ms:.1f} ms",
             f"{'op':<48} {'native':>7} {'fallback':>9}",
         ]
+        phases = sum_phases(self.reports)
+        if phases:  # (where the compile time went: CompileReport.phases)
+            lines.insert(1, f"cold start: {phases_text(phases)}")
         for op, (a, b) in self.counts().items():
             lines.append(f"{op:<48} {a:>7} {b:>9}")
         for n in self.fallbacks():
