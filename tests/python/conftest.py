@@ -89,3 +89,15 @@ def engine_graphs(monkeypatch):
 
     monkeypatch.setattr(backend, "compile_aten_graph", spy)
     return graphs
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """bench/run.py as a module (its workers, tables and target checks, for the bench tests)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("airgraph_bench_run", Path(__file__).resolve().parents[2] / "bench" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

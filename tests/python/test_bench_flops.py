@@ -15,14 +15,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "bench" / "run.py"
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("airgraph_bench_run", RUN)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _worker(*args, timeout=240) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", AIRGRAPH_CACHE_DIR="")
     for k in ("PYTHONPATH", "AIRGRAPH_EXT_DIR"):  # absolute: the worker runs from the repository root

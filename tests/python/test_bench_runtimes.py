@@ -4,22 +4,11 @@ mapped by name, a model the exporter cannot take recorded with its reason, the b
 callables (no wall-clock assertions beyond each block's minimum length), and the target's verdicts."""
 import importlib.util
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "bench" / "run.py"
 F32 = ("onnxruntime", "openvino")
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("airgraph_bench_run", RUN)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
