@@ -1,7 +1,6 @@
 """bench/run.py's FLOP counts, its roof (the measured GEMM peak) and its heavy-layer figures (issue 27),
 in small configurations: the counter against hand counts, the peak and heavy workers in their own
 processes, and the heavy-layer target's verdicts."""
-import importlib.util
 import json
 import os
 import subprocess

@@ -2,7 +2,6 @@
 and its "vs runtimes" figures: the runtimes' outputs against eager on small zoo models, inputs given by keyword
 mapped by name, a model the exporter cannot take recorded with its reason, the blocks' structure on cheap
 callables (no wall-clock assertions beyond each block's minimum length), and the target's verdicts."""
-import importlib.util
 import time
 
 import pytest
