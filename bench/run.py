@@ -20,7 +20,9 @@ INFERENCE_PRECISION_HINT f32, PERFORMANCE_HINT LATENCY, INFERENCE_NUM_THREADS 2)
 bf16 (avx512_bf16 or amx_bf16) also openvino-default, OpenVINO at its default precision (no hint: bf16
 there; this benchmark has no bf16 airgraph cell, so it stands beside airgraph's fp32 and is left out
 of the ratio to the runtimes). Not in the default list: openvino-tc, OpenVINO's torch.compile backend
-(the README's old "openvino" column; it fails on about half the zoo). All with 2 threads. A runtime
+(the README's old "openvino" column; it fails on about half the zoo), and airgraph-export: airgraph
+as a user deploys it, airgraph.export then airgraph.load (no Dynamo per call, one copy of the weights,
+packed where the engine packs). All with 2 threads. A runtime
 that cannot take a model (export or conversion fails, or its first result differs from eager's beyond
 runtimes.TOLERANCE) records the reason (one line) as the cell's error and the others go on; each
 runtime's max diff against eager is recorded like the other backends'. The generation section runs
@@ -108,6 +110,7 @@ issue's first-call targets are evaluated in the Targets section.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
@@ -143,7 +146,7 @@ F32_RUNTIMES = ("onnxruntime", "openvino")  # the ones airgraph's fp32 is ranked
 # the default backends; OpenVINO at its default precision (bf16) only where the CPU computes bf16 natively
 BACKENDS = ["eager", "inductor", "airgraph", "onnxruntime", "openvino"] + (
     ["openvino-default"] if runtimes.native_bf16() else [])
-ALL_BACKENDS = BACKENDS + [b for b in ("openvino-default", "openvino-tc") if b not in BACKENDS]
+ALL_BACKENDS = BACKENDS + [b for b in ("openvino-default", "openvino-tc", "airgraph-export") if b not in BACKENDS]
 BLOCK_S = 0.15  # a backend's calls in one round last at least this long (one block; per call = block time / calls)
 DEFAULT_BATCHES = (1, 8)  # every zoo model
 BATCH32 = ("resnet50", "mobilenetv2")  # the CNNs add batch 32
@@ -220,7 +223,7 @@ class _GcMeter:
         gc.callbacks.remove(self._cb)
 
 
-def _compile(model, backend: str, **airgraph_config):
+def _compile(model, backend: str, args: tuple = (), kwargs: dict | None = None, **airgraph_config):
     import torch
 
     if backend == "eager":
@@ -233,6 +236,18 @@ def _compile(model, backend: str, **airgraph_config):
         import airgraph
 
         return torch.compile(model, backend=_timed(airgraph.get_backend(airgraph.CompilerConfig(**airgraph_config))))
+    if backend == "airgraph-export":  # airgraph as a user deploys it: airgraph.export, then airgraph.load (no Dynamo)
+        import airgraph
+
+        t0 = time.perf_counter()
+        folder = tempfile.mkdtemp(prefix="airgraph_bench_")
+        atexit.register(shutil.rmtree, folder, True)  # (the file may be mapped until the process ends)
+        path = os.path.join(folder, "model.agraph")
+        try:
+            airgraph.export(model, args, path, example_kwargs=kwargs or {})
+            return airgraph.load(path)
+        finally:
+            _BACKEND_S[0] += time.perf_counter() - t0
     if backend == "openvino-tc":  # OpenVINO's torch.compile backend (not how users deploy OpenVINO: see runtimes)
         import openvino.torch  # noqa: F401  (registers the backend)
         from torch._dynamo import lookup_backend
@@ -247,7 +262,7 @@ def _prepare(model, backend: str, args: tuple, kwargs: dict, want):
     exported / converted and compiled model, its first result checked against eager's `want` (the time counts as
     backend time). A runtime that cannot take the model raises runtimes.Unavailable with the reason."""
     if backend not in RUNTIMES:
-        return _compile(model, backend)
+        return _compile(model, backend, args, kwargs)
     t0 = time.perf_counter()
     try:
         return runtimes.prepare(backend, model, args, kwargs, want)

@@ -164,3 +164,19 @@ def test_vs_runtimes_and_target(bench):
 def test_generation_backends(bench):
     assert bench.generation_backends(["eager", "airgraph", "onnxruntime", "openvino", "openvino-default",
                                       "openvino-tc"]) == ["eager", "airgraph", "openvino"]
+
+
+def test_airgraph_export_backend_matches_eager(bench):
+    # bench/run.py's airgraph-export: airgraph as deployed (export, then load), beside the runtimes
+    from airgraph import zoo
+
+    model, args, kwargs = zoo.build("mobilenetv2", size="small", batch=1)
+    with torch.no_grad():
+        want = model(*args, **kwargs)
+        before = bench._BACKEND_S[0]
+        fn = bench._prepare(model, "airgraph-export", args, kwargs, want)
+        assert bench._BACKEND_S[0] > before  # (the export counts as the backend's compile time)
+        assert not isinstance(fn, torch.nn.Module)  # the loaded file, not the module
+        assert bench._max_diff(fn(*args, **kwargs), want) < 1e-4
+        x2 = torch.randn_like(args[0])
+        assert bench._max_diff(fn(x2), model(x2)) < 1e-4
