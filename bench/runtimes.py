@@ -80,11 +80,11 @@ def reason(e: BaseException, stage: str) -> str:
     return (f"{stage}: {type(inner).__name__}" + (f": {lines[0]}" if lines else ""))[:200]
 
 
-def _flat_inputs(args: tuple, kwargs: dict) -> tuple[list[str], list]:
+def _flat_inputs(args: tuple, kwargs: dict) -> tuple[list[str], tuple]:
     import torch
 
     names = [f"input_{i}" for i in range(len(args))] + list(kwargs)
-    values = list(args) + list(kwargs.values())
+    values = tuple(args) + tuple(kwargs.values())
     bad = [n for n, v in zip(names, values) if not isinstance(v, torch.Tensor)]
     if bad:
         raise Unavailable(f"inputs: not a tensor: {', '.join(bad)}")
@@ -124,12 +124,11 @@ class _Runtime:
         return pytree.tree_unflatten(self._run(arrays), self._spec)
 
 
-def _onnxruntime(model, args, kwargs, names, spec) -> _Runtime:
+def _onnxruntime(model, args, names, values, spec) -> _Runtime:
     import onnxruntime as ort
     import torch
 
     flat = _flat_module(model, len(args), names[len(args):])
-    values = tuple(args) + tuple(kwargs.values())
     n_out = spec.num_leaves
     with tempfile.TemporaryDirectory(prefix="airgraph_bench_onnx_") as d:
         path = os.path.join(d, "model.onnx")
@@ -166,12 +165,11 @@ def _onnxruntime(model, args, kwargs, names, spec) -> _Runtime:
 _CORE = []
 
 
-def _openvino(model, args, kwargs, names, spec, precision_hint: bool) -> _Runtime:
+def _openvino(model, args, names, values, spec, precision_hint: bool) -> _Runtime:
     import openvino as ov
     import torch
 
     flat = _flat_module(model, len(args), names[len(args):])
-    values = tuple(args) + tuple(kwargs.values())
     try:
         with contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
             m = ov.convert_model(flat, example_input=values)
@@ -209,15 +207,15 @@ def prepare(name: str, model, args: tuple, kwargs: dict, want=None):
 
     if name not in RUNTIMES:
         raise ValueError(f"unknown runtime {name!r}; known: {', '.join(RUNTIMES)}")
-    names, _ = _flat_inputs(args, kwargs)
+    names, values = _flat_inputs(args, kwargs)
     with torch.no_grad():
         if want is None:
             want = model(*args, **kwargs)
         _, spec = pytree.tree_flatten(want)
         if name == "onnxruntime":
-            fn = _onnxruntime(model, args, kwargs, names, spec)
+            fn = _onnxruntime(model, args, names, values, spec)
         else:
-            fn = _openvino(model, args, kwargs, names, spec, precision_hint=name == "openvino")
+            fn = _openvino(model, args, names, values, spec, precision_hint=name == "openvino")
         try:
             got = fn(*args, **kwargs)
         except Exception as e:
