@@ -1,8 +1,9 @@
 """Text generation: transformers' generate() with the model's forward compiled by each backend.
 
-For every backend (eager, Inductor, airgraph, OpenVINO's torch.compile backend), KV cache (transformers'
-default DynamicCache, and the static cache) and batch size, one worker process builds the same model
-(random weights from a config, the same seed), compiles `model.forward`, and measures:
+For every backend, KV cache (transformers' default DynamicCache, and the static cache) and batch size,
+one worker process builds the same model (random weights from a config, the same seed), compiles
+`model.forward`, and measures (the backends: eager, inductor, inductor-warm, airgraph, cache_compile-cold,
+cache_compile-warm, openvino-tc = OpenVINO's torch.compile backend, and openvino, below):
 
   first     the first generate() of NEW tokens, compiles included (ms)
   prefill   from the start of generate() to its first new token: the prompt's forward and one token
@@ -13,14 +14,30 @@ default DynamicCache, and the static cache) and batch size, one worker process b
 Both are read from a stopping criterion that only records the time: generate() calls it once per new
 token, the same way for every backend.
 
-Greedy tokens are compared with eager's (the first generate() and every repeat). Beside each decode figure:
-the memory-bandwidth floor for one decode step, bytes read per token (every weight once, the KV cache at
-the middle length) divided by the copy bandwidth measured here.
+Greedy tokens are compared with eager's at the same weights (the first generate() and every repeat;
+where they differ, how many leading tokens agree, the fewest over the calls and the batch's rows), and
+every row with other weights than fp32 also with eager fp32's (when fp32 is in --weights). Beside each
+decode figure: the memory-bandwidth floor for one decode step, bytes read per token (every weight once
+in torchao's storage, the KV cache at the middle length) divided by the copy bandwidth measured here.
+
+openvino is OpenVINO as a CPU user serves an LLM with it: optimum-intel's OVModelForCausalLM (a stateful
+OpenVINO model, the KV cache inside it, so one row with the dynamic cache and none with the static one).
+The main process saves the fp32 model once (save_pretrained, the same seed), and a worker in .venv-ov
+(optimum-intel pins an older transformers; make it with `bash scripts/openvino-llm-env.sh`; without it the
+row says so) exports it with from_pretrained(export=True): fp32 and int8/int4 with PERFORMANCE_HINT
+LATENCY, INFERENCE_NUM_THREADS 2, INFERENCE_PRECISION_HINT f32 and an f32 KV cache; int8 = NNCF 8-bit
+symmetric per channel, int4 = NNCF 4-bit asymmetric in groups of 128 (torchao's int4 has zero points too;
+NNCF keeps the embedding, tied to lm_head, in 8 bits); bf16 = the fp32 weights at OpenVINO's default
+precision (no hint: bf16 where the CPU has it), beside airgraph's bf16. Its "first generate()" comes after
+from_pretrained, whose time (export, compression, compile) is in the notes. That worker imports neither
+airgraph nor torchao.
 
   .venv/bin/python bench/generate.py                      # zoo decoder (small), batch 1 and 4
   .venv/bin/python bench/generate.py --model 0.5b --batches 1
   .venv/bin/python bench/generate.py --model 0.5b --weights fp32,bf16,int8,int4 --caches static --batches 1
   .venv/bin/python bench/generate.py --overhead          # one decode call's fixed cost, layer by layer
+  .venv/bin/python bench/generate.py --model 0.5b --backends eager,airgraph,openvino --caches dynamic \
+      --batches 1 --weights fp32,int8,int4 --prompt 64           # against optimum-intel (.venv-ov)
 
 Models: small = the zoo's LLaMA-style decoder, small config, with its KV cache on; full = the zoo's
 LLaMA-style decoder, full config (110M parameters); 0.5b = a Qwen2-0.5B-style config (LLaMA-style, 24
@@ -40,7 +57,9 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 THREADS = 2
 BACKENDS = ("eager", "inductor", "inductor-warm", "airgraph", "cache_compile-cold", "cache_compile-warm",
-            "openvino")
+            "openvino-tc", "openvino")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OV_ENV_SCRIPT = "scripts/openvino-llm-env.sh"
 
 
 def build_model(name: str):
@@ -142,7 +161,7 @@ def _compile(model, backend: str):
 
         # the cold process writes the entries into a fresh folder, the warm one (run next) loads them
         model.forward = airgraph.cache_compile(model.forward, cache_dir=os.environ["AIRGRAPH_BENCH_CC_DIR"])
-    elif backend == "openvino":
+    elif backend == "openvino-tc":  # OpenVINO's torch.compile backend
         import openvino.torch  # noqa: F401  (registers the backend)
 
         model.forward = torch.compile(model.forward, backend="openvino")
@@ -150,12 +169,85 @@ def _compile(model, backend: str):
         raise SystemExit(f"unknown backend {backend!r}")
 
 
+def ov_python() -> str:
+    """The Python of optimum-intel's environment (AIRGRAPH_BENCH_OV_PYTHON, else .venv-ov's)."""
+    return os.environ.get("AIRGRAPH_BENCH_OV_PYTHON") or os.path.join(ROOT, ".venv-ov", "bin", "python")
+
+
+def ov_unavailable(cache: str) -> str | None:
+    """Why an openvino cell cannot run, or None."""
+    if cache != "dynamic":
+        return "n/a: OVModelForCausalLM keeps its KV cache inside the model (its row is the dynamic cache's)"
+    py = ov_python()
+    if not os.access(py, os.X_OK):
+        return f"no {os.path.relpath(py, ROOT)} (optimum-intel's environment): make it with `bash {OV_ENV_SCRIPT}`"
+    return None
+
+
+def save_model(name: str, path: str) -> str:
+    """The fp32 model of build_model(name) saved with save_pretrained (what the openvino workers load)."""
+    build_model(name).save_pretrained(path)
+    return path
+
+
+OV_PROPERTIES = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "INFERENCE_NUM_THREADS", "PERFORMANCE_HINT",
+                 "DYNAMIC_QUANTIZATION_GROUP_SIZE")
+
+
+def ov_config(weights: str) -> dict:
+    """The OpenVINO CPU plugin's properties for these weights: f32 compute and KV cache, except for bf16,
+    which stands for OpenVINO's default precision (no hint)."""
+    cfg = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": str(THREADS)}
+    if weights != "bf16":
+        cfg.update(INFERENCE_PRECISION_HINT="f32", KV_CACHE_PRECISION="f32")
+    return cfg
+
+
+def ov_quantization(weights: str):
+    """NNCF weight compression through optimum-intel for these weights (None: the weights as saved)."""
+    if weights in ("fp32", "bf16"):
+        return None
+    from optimum.intel import OVWeightQuantizationConfig
+
+    if weights == "int8":
+        return OVWeightQuantizationConfig(bits=8, sym=True, group_size=-1)  # per output channel
+    if weights == "int4":
+        return OVWeightQuantizationConfig(bits=4, group_size=128)  # asymmetric, ratio 1.0 (every linear)
+    raise SystemExit(f"unknown weights {weights!r} ({', '.join(WEIGHTS)})")
+
+
+def ov_model(a):
+    """optimum-intel's OVModelForCausalLM exported from the saved model at a.ov_dir (runs in .venv-ov),
+    and what to say about it: from_pretrained's time and the compiled model's properties."""
+    from optimum.intel import OVModelForCausalLM
+
+    t0 = time.perf_counter()
+    try:
+        model = OVModelForCausalLM.from_pretrained(a.ov_dir, export=True, compile=True,
+                                                   quantization_config=ov_quantization(a.weight),
+                                                   ov_config=ov_config(a.weight))
+    except Exception as e:  # one line for the row (NNCF's and OpenVINO's messages run over many)
+        msg = " ".join(str(e).split())
+        raise SystemExit(f"from_pretrained: {type(e).__name__}: {msg[:200]}") from e
+    info = {"load_ms": (time.perf_counter() - t0) * 1000}
+    try:
+        compiled = model.request.get_compiled_model()
+        props = {k: compiled.get_property(k) for k in OV_PROPERTIES}
+        info["ov_properties"] = {k: v.to_string() if hasattr(v, "to_string") else str(v) for k, v in props.items()}
+    except Exception as e:  # (the properties are notes only)
+        info["ov_properties"] = {"error": str(e)[:80]}
+    return model, info
+
+
 def worker(a) -> dict:
     """One backend, cache and batch: times and tokens as JSON on stdout."""
     import torch
 
     torch.set_num_threads(THREADS)
-    model = apply_weights(build_model(a.model), a.weight)
+    if a.backend == "openvino":
+        model, ov_info = ov_model(a)
+    else:
+        model = apply_weights(build_model(a.model), a.weight)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, model.config.vocab_size, (a.batch, a.prompt), generator=g)
     mask = torch.ones_like(ids)
@@ -167,7 +259,8 @@ def worker(a) -> dict:
 
         sink_cm = collect_reports()
         sink = sink_cm.__enter__()
-    _compile(model, a.backend)
+    if a.backend != "openvino":
+        _compile(model, a.backend)
 
     from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -206,6 +299,8 @@ def worker(a) -> dict:
     res["prefill_ms"] = statistics.median(pre)
     res["decode_ms"] = statistics.median(steps)
     res["tokens"] = tokens
+    if a.backend == "openvino":
+        res.update(ov_info)
     if a.backend.startswith("cache_compile"):
         from torch._dynamo.utils import counters
 
@@ -343,6 +438,7 @@ def main():
     ap.add_argument("--cache", default="", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--weight", default="fp32", help=argparse.SUPPRESS)
+    ap.add_argument("--ov-dir", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         print("RESULT " + json.dumps(overhead(a) if a.overhead else worker(a)), flush=True)
@@ -391,28 +487,70 @@ def measure(a, gbs: float, log=None) -> list[dict]:
     generation section calls this too). `a` needs model, backends, caches, batches (comma-separated
     strings), prompt, new, repeats and timeout. A row: the worker's result (or {"error": ...}) with
     backend, cache, batch, floor_ms and, where eager's tokens are known, equal (every generate()'s
-    tokens the same as eager's first)."""
-    rows, floors = [], {}
-    for weights in getattr(a, "weights", "fp32").split(","):
-        for cache in a.caches.split(","):
-            for batch in [int(b) for b in a.batches.split(",")]:
-                if (weights, batch) not in floors:  # the floor does not depend on the cache's kind
-                    floors[weights, batch] = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs, weights)
-                ref = None
-                cc_dir = tempfile.mkdtemp(prefix="airgraph-bench-cc-")
-                for backend in a.backends.split(","):
-                    r = _run_worker(a, backend, cache, batch, ["--weight", weights],
-                                    env={"AIRGRAPH_BENCH_CC_DIR": cc_dir,
-                                         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cc_dir, "inductor")})
-                    if backend == "eager" and "tokens" in r:
-                        ref = r["tokens"][0]
-                    if "tokens" in r and ref is not None:
-                        r["equal"] = all(t == ref for t in r["tokens"])
-                    r.update(backend=backend, cache=cache, batch=batch, weights=weights, floor_ms=floors[weights, batch])
-                    rows.append(r)
-                    if log:
-                        log(r)
+    tokens the same as eager's first) and, where they differ, lead (how many leading tokens are);
+    rows of other weights than fp32 also lead_fp32 against eager fp32's tokens, where those are known.
+    openvino's cells run in .venv-ov on the model saved once here (removed at the end)."""
+    rows, floors, ref32 = [], {}, {}
+    ov_dir = None
+    try:
+        for weights in getattr(a, "weights", "fp32").split(","):
+            for cache in a.caches.split(","):
+                for batch in [int(b) for b in a.batches.split(",")]:
+                    if (weights, batch) not in floors:  # the floor does not depend on the cache's kind
+                        floors[weights, batch] = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs, weights)
+                    ref = None
+                    cc_dir = tempfile.mkdtemp(prefix="airgraph-bench-cc-")
+                    for backend in a.backends.split(","):
+                        if backend == "openvino":
+                            why = ov_unavailable(cache)
+                            if why is None and ov_dir is None:
+                                ov_dir = save_model(a.model, tempfile.mkdtemp(prefix="airgraph-bench-ov-"))
+                            r = {"error": why} if why else _run_worker(
+                                a, backend, cache, batch, ["--weight", weights, "--ov-dir", ov_dir], python=ov_python())
+                        else:
+                            r = _run_worker(a, backend, cache, batch, ["--weight", weights],
+                                            env={"AIRGRAPH_BENCH_CC_DIR": cc_dir,
+                                                 "TORCHINDUCTOR_CACHE_DIR": os.path.join(cc_dir, "inductor")})
+                        if backend == "eager" and "tokens" in r:
+                            ref = r["tokens"][0]
+                            if weights == "fp32":
+                                ref32[cache, batch] = ref
+                        compare_tokens(r, ref, None if weights == "fp32" else ref32.get((cache, batch)))
+                        r.update(backend=backend, cache=cache, batch=batch, weights=weights,
+                                 floor_ms=floors[weights, batch])
+                        rows.append(r)
+                        if log:
+                            log(r)
+    finally:
+        if ov_dir:
+            import shutil
+
+            shutil.rmtree(ov_dir, ignore_errors=True)
     return rows
+
+
+def leading_equal(runs: list, ref: list) -> int:
+    """How many leading tokens every run (a list of the batch's rows of tokens) shares with ref: the
+    fewest over the runs and rows."""
+    n = len(ref[0]) if ref else 0
+    for run in runs:
+        for row, want in zip(run, ref):
+            n = min(n, next((i for i, (x, y) in enumerate(zip(row, want)) if x != y), min(len(row), len(want))))
+    return n
+
+
+def compare_tokens(r: dict, ref, ref_fp32=None):
+    """Sets equal (and, where not, lead) against ref, and lead_fp32 against ref_fp32, on a row with tokens
+    (and new: how many tokens each generate() made)."""
+    if "tokens" not in r:
+        return
+    r["new"] = len(r["tokens"][0][0])
+    if ref is not None:
+        r["equal"] = all(t == ref for t in r["tokens"])
+        if not r["equal"]:
+            r["lead"] = leading_equal(r["tokens"], ref)
+    if ref_fp32 is not None:
+        r["lead_fp32"] = leading_equal(r["tokens"], ref_fp32)
 
 
 def with_warm_rows(backends: list[str]) -> list[str]:
@@ -428,9 +566,9 @@ def with_warm_rows(backends: list[str]) -> list[str]:
     return out
 
 
-def _run_worker(a, backend: str, cache: str, batch: int, extra=(), env=None) -> dict:
-    """One cell in its own process: its RESULT as a dict, or {"error": ...}."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", a.model, "--backend", backend,
+def _run_worker(a, backend: str, cache: str, batch: int, extra=(), env=None, python=None) -> dict:
+    """One cell in its own process (this Python, or `python`): its RESULT as a dict, or {"error": ...}."""
+    cmd = [python or sys.executable, os.path.abspath(__file__), "--worker", "--model", a.model, "--backend", backend,
            "--cache", cache, "--batch", str(batch), "--prompt", str(a.prompt), "--new", str(a.new),
            "--repeats", str(a.repeats), *extra]
     try:
@@ -455,7 +593,18 @@ def _row(r: dict) -> str:
         notes.append(f"{r['graphs']} graphs, {r['fallback_nodes']} fallback nodes, {r['programs']} programs")
         if r.get("build_ms_median") is not None:
             notes.append(f"{r['build_ms_median']:.1f} ms per new size")
+    if "load_ms" in r:
+        p = r.get("ov_properties", {})
+        notes.append(f"from_pretrained (export, compression, compile) {r['load_ms'] / 1000:.1f} s; "
+                     f"compute {p.get('INFERENCE_PRECISION_HINT', '?')}, KV cache {p.get('KV_CACHE_PRECISION', '?')}, "
+                     f"{p.get('INFERENCE_NUM_THREADS', '?')} threads, dynamic quantization group "
+                     f"{p.get('DYNAMIC_QUANTIZATION_GROUP_SIZE', '?')}")
+    n = r.get("new", "?")
+    if "lead_fp32" in r:
+        notes.append(f"{r['lead_fp32']}/{n} leading tokens = eager fp32's")
     eq = {True: "yes", False: "NO"}.get(r.get("equal"), "-")
+    if "lead" in r:
+        eq += f" ({r['lead']}/{n} leading equal)"
     return (f"| {w} | {r['cache']} | {r['batch']} | {r['backend']} | {r['first_ms']:.0f} | {r['prefill_ms']:.2f} | "
             f"{r['decode_ms']:.2f} | {r['floor_ms']:.2f} | {r.get('rss_mb', 0):.0f} | {r.get('peak_rss_mb', 0):.0f} | {eq} | "
             f"{'; '.join(notes)} |")

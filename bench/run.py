@@ -26,8 +26,8 @@ packed where the engine packs). All with 2 threads. A runtime
 that cannot take a model (export or conversion fails, or its first result differs from eager's beyond
 runtimes.TOLERANCE) records the reason (one line) as the cell's error and the others go on; each
 runtime's max diff against eager is recorded like the other backends'. The generation section runs
-eager, inductor, airgraph and openvino-tc (as bench/generate.py's "openvino"), not the fixed-shape
-runtimes. The package used is whatever
+eager, inductor, airgraph and openvino-tc (bench/generate.py's name too), not the fixed-shape
+runtimes nor generate.py's openvino (optimum-intel, in its own environment). The package used is whatever
 `import airgraph` finds: the installed one, or the source tree when PYTHONPATH
 points at python/ (with AIRGRAPH_EXT_DIR for a development build of the extension).
 
@@ -978,9 +978,9 @@ def _generate_module():
 
 def generation_backends(backends: list[str]) -> list[str]:
     """The backends bench/generate.py's generation cells can run: the runtimes (a fixed-shape export or
-    conversion) cannot run generate()'s growing KV cache there; its "openvino" is OpenVINO's torch.compile
-    backend, this benchmark's openvino-tc."""
-    return [{"openvino-tc": "openvino"}.get(b, b) for b in backends if b not in RUNTIMES]
+    conversion) cannot run generate()'s growing KV cache there; openvino-tc, OpenVINO's torch.compile
+    backend, has the same name there."""
+    return [b for b in backends if b not in RUNTIMES]
 
 
 def generation(models: list[str], backends: list[str], a) -> dict:

@@ -163,7 +163,7 @@ def test_vs_runtimes_and_target(bench):
 
 def test_generation_backends(bench):
     assert bench.generation_backends(["eager", "airgraph", "onnxruntime", "openvino", "openvino-default",
-                                      "openvino-tc"]) == ["eager", "airgraph", "openvino"]
+                                      "openvino-tc"]) == ["eager", "airgraph", "openvino-tc"]
 
 
 def test_airgraph_export_backend_matches_eager(bench):
