@@ -503,9 +503,11 @@ NB_MODULE(_C, m) {
       .def(
           "compile",
           [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache,
-             std::shared_ptr<ArenaSource> arena, KernelCache* kernels, bool background, int64_t pack_rows) {
+             std::shared_ptr<ArenaSource> arena, KernelCache* kernels, bool background, int64_t pack_rows,
+             bool int8_activations) {
             CompileOptions o;
             o.build.pack_rows = pack_rows;  // GEMMs with fewer rows pack their constant weights
+            o.build.int8_activations = int8_activations;  // int8-weight GEMMs quantize their input per row
             o.allow_inplace = inplace;
             o.build.prepack = cache;         // programs sharing a cache share packed weights
             o.build.background = background; // weights packed after the first run (base/background.h)
@@ -515,7 +517,7 @@ NB_MODULE(_C, m) {
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
           nb::arg("arena").none() = nb::none(), nb::arg("kernels").none() = nb::none(), nb::arg("background") = false,
-          nb::arg("pack_rows") = INT64_MAX,
+          nb::arg("pack_rows") = INT64_MAX, nb::arg("int8_activations") = true,
           nb::rv_policy::take_ownership);
 
   // Kernels shared by the programs of one graph's sizes (a node seen before reuses its kernel).

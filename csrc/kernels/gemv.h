@@ -227,8 +227,9 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
 
 namespace ag {
 struct Node;
+struct BuildCtx;
 class Kernel;
 // linear(x, w[, bias]) with constant int8 weights, or bf16 ones where oneDNN has no native bf16 matmul,
 // read in place and widened by the kernel (kernels/linear_widened.cpp); x viewed as [M, K].
-std::unique_ptr<Kernel> make_linear_widened(const Node& n, int64_t M, int64_t K, int64_t N);
+std::unique_ptr<Kernel> make_linear_widened(const Node& n, const BuildCtx& ctx, int64_t M, int64_t K, int64_t N);
 }  // namespace ag

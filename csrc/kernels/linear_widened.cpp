@@ -12,6 +12,14 @@
 //    and multiplied there by oneDNN's f32 matmul, so the f32 bytes of a block live only while
 //    it is used (the cost of widening is spread over the rows).
 // Products are summed in f32; a bfloat16 x is widened once and the result rounded once.
+//
+// int8 weights with more rows than a GEMV takes (prefill, encoders) run int8 products instead when
+// BuildCtx::int8_activations is set (CompilerConfig.int8_activations="per_row", the default): each row
+// of x is quantized at run time to int8 with its own scale (amax / 127, round to nearest even), oneDNN's
+// s8 x s8 -> f32 matmul reads the weights in place (AVX-512 VNNI or AMX; on a CPU with neither the
+// exact path runs), and the row's scale multiplies its sums. The error is the rounding of x to 8 bits (about
+// amax / 440 * |w| per product sum); a row holding inf or nan is computed exactly.
+#include <cmath>
 #include <type_traits>
 
 #include "kernels/common.h"
@@ -28,7 +36,7 @@ constexpr size_t kNone = ScratchLayout::kNone;
 template <typename W>
 class WidenedLinearKernel final : public Kernel {
  public:
-  WidenedLinearKernel(const Node& n, int64_t M, int64_t K, int64_t N) : M_(M), K_(K), N_(N) {
+  WidenedLinearKernel(const Node& n, const BuildCtx& ctx, int64_t M, int64_t K, int64_t N) : M_(M), K_(K), N_(N) {
     t_ = n.inputs[0]->type.dtype;
     const Value* w = n.inputs[1];
     AG_CHECK(w->is_const() && w->storage, "linear: int8 weights must be a constant (a bound parameter) for '",
@@ -45,16 +53,18 @@ class WidenedLinearKernel final : public Kernel {
         bias_s_ = scratch_.add(N * 4);
       }
     }
-    if (t_ != DType::f32) {
-      x_f32_ = scratch_.add(M * K * 4);
-      out_f32_ = scratch_.add(M * N * 4);
-    }
+    if (t_ != DType::f32) out_f32_ = scratch_.add(M * N * 4);
     if (M * N == 0) return;
     if (M <= kGemvRows || K == 0) {
       gemv_ = true;
+      if (t_ != DType::f32) x_f32_ = scratch_.add(M * K * 4);
       name_ = std::string("gemv_") + wname() + "_weights_" + dtype_name(t_);
       return;
     }
+    if constexpr (std::is_same_v<W, int8_t>) {
+      if (ctx.int8_activations && init_int8()) return;
+    }
+    if (t_ != DType::f32) x_f32_ = scratch_.add(M * K * 4);
     // Blocks of about 2 MB of widened weights (in L2 on most CPUs), a multiple of 16 columns.
     nb_ = std::min<int64_t>(N, std::max<int64_t>(16, (int64_t{2} << 20) / (4 * K) / 16 * 16));
     // (a block is [nb, K] widened weight rows, read as its [K, nb] transpose, writing columns n0..)
@@ -69,6 +79,11 @@ class WidenedLinearKernel final : public Kernel {
   std::string name() const override { return name_; }
   size_t scratch_bytes() const override { return scratch_.bytes; }
   std::unique_ptr<KernelState> make_state() const override {
+    if (int8_) {
+      auto st = std::make_unique<State>();
+      st->full = full_.make_args();
+      return st;
+    }
     if (gemv_ || nb_ == 0) return nullptr;
     auto st = std::make_unique<State>();
     st->full = full_.make_args();
@@ -78,22 +93,15 @@ class WidenedLinearKernel final : public Kernel {
 
   void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
     if (M_ * N_ == 0) return;
+    if (int8_) return run_int8(in, out, ctx);
     const float* x = static_cast<const float*>(in[0]);
     if (t_ != DType::f32) {
       float* xf = ScratchLayout::at<float>(ctx, x_f32_);
       to_f32(t_, in[0], xf, M_ * K_);
       x = xf;
     }
-    const float* bias = nullptr;
-    if (has_bias_) {
-      bias = bias_c_.data() ? static_cast<const float*>(bias_c_.data()) : static_cast<const float*>(in[2]);
-      if (bias_s_ != kNone) {
-        float* b = ScratchLayout::at<float>(ctx, bias_s_);
-        to_f32(t_, in[2], b, N_);
-        bias = b;
-      }
-    }
-    float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : ScratchLayout::at<float>(ctx, out_f32_);
+    const float* bias = bias_f32(in, ctx);
+    float* o = out_f32(out, ctx);
     if (gemv_) {
       // (x is float32 or bfloat16: infer_linear; the GEMV rounds a bf16 result itself)
       gemv::run(x, w_, M_, N_, K_, bias, o, t_ == DType::bf16 ? static_cast<uint16_t*>(out[0]) : nullptr, epi_, in);
@@ -123,6 +131,124 @@ class WidenedLinearKernel final : public Kernel {
 
  private:
   static constexpr int64_t kGemvRows = gemv::kGemvMaxRows;
+
+  float* out_f32(void* const* out, const RunCtx& ctx) const {
+    return t_ == DType::f32 ? static_cast<float*>(out[0]) : ScratchLayout::at<float>(ctx, out_f32_);
+  }
+  const float* bias_f32(void* const* in, const RunCtx& ctx) const {
+    if (!has_bias_) return nullptr;
+    if (bias_c_.data()) return static_cast<const float*>(bias_c_.data());
+    if (bias_s_ == kNone) return static_cast<const float*>(in[2]);
+    float* b = ScratchLayout::at<float>(ctx, bias_s_);
+    to_f32(t_, in[2], b, N_);
+    return b;
+  }
+
+  // oneDNN's s8 x s8 -> f32 matmul of the quantized rows [M, K] with the weights as stored ([N, K],
+  // read as their [K, N] transpose). False (the exact path is built instead) unless oneDNN runs it with
+  // AVX-512 VNNI or AMX dot products: without VNNI its int8 GEMM sums pairs of products in 16 bits,
+  // which can saturate, and the AVX2 (VNNI) kernels are not measured.
+  bool init_int8() {
+    using dims = dnnl::memory::dims;
+    const auto s8 = dnnl::memory::data_type::s8;
+    const dnnl::memory::desc a_md = plain_desc({M_, K_}, s8);
+    const dnnl::memory::desc b_md({K_, N_}, s8, dims{1, K_});
+    const dnnl::memory::desc o_md = plain_desc({M_, N_}, dnnl::memory::data_type::f32);
+    dnnl::matmul::primitive_desc pd;
+    if (!try_make_pd(pd, [&] { return dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, default_attr()); }))
+      return false;
+    impl_ = pd.impl_info_str();
+    if (impl_.find("amx") == std::string::npos && impl_.find("avx512_core_vnni") == std::string::npos) return false;
+    full_.init(dnnl::matmul(pd), pd.scratchpad_desc());
+    full_.bind(DNNL_ARG_SRC, a_md);
+    full_.bind(DNNL_ARG_WEIGHTS, b_md);
+    full_.bind(DNNL_ARG_DST, o_md);
+    int8_ = true;
+    q_ = scratch_.add(M_ * K_);
+    row_scale_ = scratch_.add(M_ * 4);
+    row_f32_ = scratch_.add(K_ * 4);
+    pad_ = scratch_.add(full_.scratch_bytes);
+    name_ = std::string("onednn_matmul_s8s8_int8_weights_") + dtype_name(t_) + " (" + impl_ +
+            ", activations quantized per row)";
+    return true;
+  }
+
+  void run_int8(void* const* in, void* const* out, const RunCtx& ctx) const {
+    int8_t* q = ScratchLayout::at<int8_t>(ctx, q_);
+    float* rs = ScratchLayout::at<float>(ctx, row_scale_);
+    // Quantize: a row's scale is NaN when it holds inf or nan (computed exactly below).
+    parallel_for(M_, std::max<int64_t>(1, 16384 / std::max<int64_t>(K_, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t m = b; m < e; ++m)
+        rs[m] = t_ == DType::f32 ? quantize_row(static_cast<const float*>(in[0]) + m * K_, q + m * K_)
+                                 : quantize_row(static_cast<const uint16_t*>(in[0]) + m * K_, q + m * K_);
+    });
+    float* o = out_f32(out, ctx);
+    State* st = static_cast<State*>(ctx.state);
+    st->full.set(DNNL_ARG_SRC, q);
+    st->full.set(DNNL_ARG_WEIGHTS, const_cast<W*>(w_));
+    st->full.set(DNNL_ARG_DST, o);
+    full_.run(st->full, ScratchLayout::at(ctx, pad_));
+    const float* bias = bias_f32(in, ctx);
+    for (int64_t m = 0; m < M_; ++m) {
+      if (!std::isnan(rs[m])) continue;
+      // (f32 sums of the exact products, like the GEMV: inf and nan reach the outputs they reach in eager)
+      float* xr = ScratchLayout::at<float>(ctx, row_f32_);
+      to_f32(t_, static_cast<const char*>(in[0]) + m * K_ * dtype_size(t_), xr, K_);
+      gemv::run(xr, w_, 1, N_, K_, nullptr, o + m * N_, nullptr, epi::Epilogue{}, in);
+      rs[m] = 1.f;
+    }
+    // Each row's scale and the bias, then the node's epilogue, a block of rows and columns at a time.
+    const int64_t cb = std::min<int64_t>(N_, 4096);
+    const int64_t nblk = (N_ + cb - 1) / cb;
+    parallel_for(M_ * nblk, 4, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t m = i / nblk, j0 = i % nblk * cb, n = std::min(cb, N_ - j0);
+        float* r = o + m * N_ + j0;
+        const float s = rs[m];
+        if (bias)
+          for (int64_t j = 0; j < n; ++j) r[j] = r[j] * s + bias[j0 + j];
+        else
+          for (int64_t j = 0; j < n; ++j) r[j] *= s;
+        if (!epi_.empty()) epi_.apply(r, m, j0, n, in, 0);
+        if (t_ != DType::f32) from_f32(t_, r, static_cast<uint16_t*>(out[0]) + m * N_ + j0, n);
+      }
+    });
+  }
+
+  // x's row to int8 with the scale amax / 127 (returned; 0 for a row of zeros, NaN when the row holds
+  // inf or nan). Round to nearest even, as torch.round and oneDNN's quantization do.
+  template <typename T>
+  float quantize_row(const T* x, int8_t* q) const {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K_; k += 8) {
+      const __m256 v = gemv::load8(x + k);
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v));
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    }
+    alignas(32) float m8[8];
+    _mm256_store_ps(m8, mx);
+    float amax = 0.f;
+    for (float v : m8) amax = std::max(amax, v);
+    bool nonfinite = _mm256_movemask_ps(bad) != 0;
+    for (int64_t j = k; j < K_; ++j) {
+      const float v = gemv::load1(x + j);
+      nonfinite |= !std::isfinite(v);
+      amax = std::max(amax, std::fabs(v));
+    }
+    if (nonfinite) return std::nanf("");
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (k = 0; k + 8 <= K_; k += 8) {
+      const __m256i i32 = _mm256_cvtps_epi32(_mm256_mul_ps(gemv::load8(x + k), iv));
+      const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi16(i16, i16));
+    }
+    for (int64_t j = k; j < K_; ++j) q[j] = static_cast<int8_t>(std::nearbyint(gemv::load1(x + j) * inv));
+    return amax / 127.f;
+  }
+
   static const char* wname() { return std::is_same_v<W, int8_t> ? "int8" : "bfloat16"; }
   struct State : KernelState {
     Args full, tail;
@@ -131,20 +257,21 @@ class WidenedLinearKernel final : public Kernel {
   int64_t M_, K_, N_, nb_ = 0;
   DType t_ = DType::f32;
   const W* w_ = nullptr;
-  bool has_bias_ = false, gemv_ = false;
+  bool has_bias_ = false, gemv_ = false, int8_ = false;
   Buffer bias_c_;
   epi::Epilogue epi_;
   Exec full_, tail_;
   ScratchLayout scratch_;
   size_t x_f32_ = kNone, out_f32_ = kNone, bias_s_ = kNone, w_blk_ = kNone, pad_ = kNone;
+  size_t q_ = kNone, row_scale_ = kNone, row_f32_ = kNone;  // the int8 path's
   std::string name_, impl_;
 };
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_linear_widened(const Node& n, int64_t M, int64_t K, int64_t N) {
-  if (n.inputs[1]->type.dtype == DType::i8) return std::make_unique<WidenedLinearKernel<int8_t>>(n, M, K, N);
-  return std::make_unique<WidenedLinearKernel<uint16_t>>(n, M, K, N);
+std::unique_ptr<Kernel> make_linear_widened(const Node& n, const BuildCtx& ctx, int64_t M, int64_t K, int64_t N) {
+  if (n.inputs[1]->type.dtype == DType::i8) return std::make_unique<WidenedLinearKernel<int8_t>>(n, ctx, M, K, N);
+  return std::make_unique<WidenedLinearKernel<uint16_t>>(n, ctx, M, K, N);
 }
 
 }  // namespace ag

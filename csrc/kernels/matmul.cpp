@@ -547,7 +547,7 @@ std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
   // would keep a widened copy of the weights): read as stored, widened by the kernel
   if (n.inputs[1]->type.dtype == DType::i8 ||
       (s.t == DType::bf16 && M > gemv::kGemvMaxRows && const_data(n.inputs[1]) && !native_matmul(DType::bf16)))
-    return make_linear_widened(n, M, K, N);
+    return make_linear_widened(n, ctx, M, K, N);
   s.a = {M, K};
   s.b = {K, N};
   s.out = {M, N};

@@ -73,6 +73,14 @@ class CompilerConfig:
     # linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
     # convolution weights are always packed (AIRGRAPH_PACK_WEIGHTS).
     pack_weights: str = field(default_factory=lambda: _env("AIRGRAPH_PACK_WEIGHTS", "auto"))
+    # Linears with int8 weights (torchao's Int8WeightOnlyConfig, _weight_int8pack_mm) and more than 8 rows
+    # (prefill, encoders): "per_row" quantizes each row of the input to int8 at run time (scale = its
+    # largest magnitude / 127) and runs int8 products (AVX-512 VNNI or AMX; where the CPU has neither,
+    # "off"'s path runs): 5-10x faster than widening the weights, with the input's rounding to 8 bits as error
+    # (docs/weights.md#int8-activations). "off" widens the weights to f32 and gives torchao's eager result
+    # to f32 rounding. Decode steps of up to 8 rows always read the weights exactly (a GEMV, bound by the
+    # weights' bytes). AIRGRAPH_INT8_ACTIVATIONS.
+    int8_activations: str = field(default_factory=lambda: _env("AIRGRAPH_INT8_ACTIVATIONS", "per_row"))
     # Threads for the engine; None follows torch.get_num_threads() at each call.
     num_threads: int | None = None
     # Dynamic shapes: a graph traced with symbolic sizes keeps an engine program for each of
@@ -117,6 +125,8 @@ class CompilerConfig:
         check_pass_names(self.disable_passes)
         if self.pack_weights not in _PACK_ROWS:
             raise ValueError(f"pack_weights={self.pack_weights!r}: expected one of {', '.join(_PACK_ROWS)}")
+        if self.int8_activations not in ("per_row", "off"):
+            raise ValueError(f"int8_activations={self.int8_activations!r}: expected 'per_row' or 'off'")
 
     def pack_rows(self) -> int:
         """GEMMs with fewer rows than this pack their constant weights (BuildCtx::pack_rows)."""

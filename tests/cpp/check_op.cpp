@@ -213,7 +213,7 @@ struct Compiled {
   std::shared_ptr<Program> prog;
 };
 
-Compiled compile(Graph& g, const PipelineOptions* passes, bool channels_last = true) {
+Compiled compile(Graph& g, const PipelineOptions* passes, bool channels_last = true, bool int8_activations = true) {
   if (passes) run_pipeline(g, *passes);
   else g.verify();
   Compiled c;
@@ -221,6 +221,7 @@ Compiled compile(Graph& g, const PipelineOptions* passes, bool channels_last = t
   for (auto& n : g.nodes()) c.meta.ops.push_back(n->op->name);
   CompileOptions opt;
   opt.channels_last = channels_last;
+  opt.build.int8_activations = int8_activations;
   c.prog = compile_program(g, opt);
   for (auto& k : c.prog->kernels) c.meta.kernels.push_back(k->name());
   c.meta.inplace = c.prog->stats.inplace;
@@ -255,7 +256,7 @@ Compiled build_and_compile(const OpCase& c, const std::vector<Tensor>& args, con
   if (build) outs = build(g, vals);
   else outs = g.add_node(c.op, vals, c.attrs, "n")->outputs;
   g.set_outputs(outs);
-  return compile(g, passes, channels_last);
+  return compile(g, passes, channels_last, c.int8_activations);
 }
 
 // Runs on fresh copies of the inputs (a graph may write its inputs).

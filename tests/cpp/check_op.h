@@ -131,6 +131,7 @@ struct OpCase {
   // how it is compiled: the pass pipeline with `passes`, or (pipeline false) verify alone
   bool pipeline = true;
   PipelineOptions passes;
+  bool int8_activations = true;  // BuildCtx::int8_activations (false: int8 weights widened, exact)
   std::vector<int> threads = {1, 2};  // it runs at each; the first gives Checked::got
   // what it is compared with, at every thread count: the outputs' types when given; `want` at
   // `tol`; a second graph at `ref_tol` when ref_passes or ref_build is set (ref_build, or the same

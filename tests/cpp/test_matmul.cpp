@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 
@@ -187,16 +189,40 @@ std::vector<int8_t> rand_int8(int64_t n, uint32_t seed) {
 
 // x [M, K] (f32 or bf16) @ w_int8 [N, K]^T * scale[N] + bias[N], built as torchao's
 // Int8WeightOnlyConfig traces it (matmul of the transposed weight converted to x's dtype, then
-// mul and add): canonicalize and fuse_epilogues leave one linear node reading the int8 bytes,
-// the GEMV for up to four rows and the per-block widening beyond (K tails, row tails, column
-// blocks with a tail at K 4096), against a reference over the widened weights.
+// mul and add): canonicalize and fuse_epilogues leave one linear node reading the int8 bytes.
+// Exact path (int8_activations off): the GEMV for up to eight rows and the per-block widening
+// beyond (K tails, row tails, column blocks with a tail at K 4096), against a reference over the
+// widened weights. Per-row path (on, more than eight rows, a CPU with VNNI or AMX): against the
+// same reference over x's rows rounded to int8 (scale amax / 127, half to even).
 struct Int8Case {
   int64_t M, K, N;
   DType t;
   bool bias;
 };
-class LinearInt8 : public ::testing::TestWithParam<Int8Case> {};
-TEST_P(LinearInt8, TorchaoFormMatchesWidenedReference) {
+// A CPU with AVX-512 VNNI or AMX, where the per-row path runs (kernels/linear_widened.cpp).
+bool int8_dot_cpu() {
+  std::ifstream f("/proc/cpuinfo");
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s.find("avx512_vnni") != std::string::npos || s.find("amx_int8") != std::string::npos;
+}
+// x with each row rounded to int8 at the scale amax / 127 and scaled back (the per-row path's input).
+std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
+  std::vector<float> q(x.size());
+  for (int64_t m = 0; m < M; ++m) {
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    for (int64_t k = 0; k < K; ++k) q[m * K + k] = std::nearbyint(x[m * K + k] * inv) * (amax / 127.f);
+  }
+  return q;
+}
+class LinearInt8 : public ::testing::TestWithParam<Int8Case> {
+ protected:
+  void check(bool int8_activations);
+};
+TEST_P(LinearInt8, TorchaoFormMatchesWidenedReference) { check(false); }
+TEST_P(LinearInt8, PerRowInt8ActivationsMatchQuantizedReference) { check(true); }
+void LinearInt8::check(bool int8_activations) {
   const auto [M, K, N, t, with_bias] = GetParam();
   const bool bf = t == DType::bf16;
   auto x = randn(M * K, 21), scale = randn(N, 22), b = randn(N, 23);
@@ -205,6 +231,7 @@ TEST_P(LinearInt8, TorchaoFormMatchesWidenedReference) {
   std::vector<float> wf(w8.begin(), w8.end());
   auto xb = to_bf16(x), sb = to_bf16(scale), bb = to_bf16(b);
   test::OpCase c;
+  c.int8_activations = int8_activations;
   c.args = {{TensorType(t, {M, K}), bf ? static_cast<const void*>(xb.data()) : x.data()},
             {TensorType(DType::i8, {N, K}), w8.data(), true},
             {TensorType(t, {N}), bf ? static_cast<const void*>(sb.data()) : scale.data(), true},
@@ -217,7 +244,9 @@ TEST_P(LinearInt8, TorchaoFormMatchesWidenedReference) {
     if (with_bias) y = g.add_node("add", {y, in[3]}, {}, "bias")->out();
     return std::vector<Value*>{y};
   };
-  auto ref = linear_ref(x, wf, nullptr, M, K, N);
+  constexpr int64_t kGemvMaxRows = 8;  // (kernels/gemv.h: linears of up to 8 rows run the GEMV)
+  const bool quantized = int8_activations && M > kGemvMaxRows && int8_dot_cpu();
+  auto ref = linear_ref(quantized ? per_row_int8(x, M, K) : x, wf, nullptr, M, K, N);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) ref[m * N + n] = ref[m * N + n] * scale[n] + (with_bias ? b[n] : 0.f);
   c.want = test::want_values(ref);
@@ -226,16 +255,16 @@ TEST_P(LinearInt8, TorchaoFormMatchesWidenedReference) {
   auto r = test::check_op(c);
   EXPECT_EQ(r.got.ops, std::vector<std::string>{"linear"}) << r.got.graph;
   ASSERT_EQ(r.got.kernels.size(), 1u);
-  constexpr int64_t kGemvMaxRows = 8;  // (kernels/gemv.h: linears of up to 8 rows run the GEMV)
-  EXPECT_NE(r.got.kernels[0].find(M <= kGemvMaxRows ? "gemv_int8_weights" : "int8_weights"), std::string::npos)
-      << r.got.kernels[0];
+  const char* kernel = M <= kGemvMaxRows ? "gemv_int8_weights" : quantized ? "s8s8_int8_weights" : "f32_int8_weights";
+  EXPECT_NE(r.got.kernels[0].find(kernel), std::string::npos) << r.got.kernels[0];
 }
 INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearInt8,
                          ::testing::Values(Int8Case{1, 37, 19, DType::f32, true}, Int8Case{2, 256, 130, DType::f32, false},
                                            Int8Case{3, 5, 7, DType::bf16, true}, Int8Case{4, 100, 33, DType::f32, true},
                                            Int8Case{5, 37, 19, DType::f32, true}, Int8Case{8, 64, 33, DType::bf16, false},
                                            Int8Case{33, 4096, 300, DType::f32, true},
-                                           Int8Case{17, 4096, 140, DType::bf16, true}));
+                                           Int8Case{17, 4096, 140, DType::bf16, true}, Int8Case{9, 37, 19, DType::f32, false},
+                                           Int8Case{64, 100, 65, DType::bf16, true}));
 
 TEST(MatmulOps, LinearInt8WeightsMustBeConstant) {
   auto x = randn(2 * 8, 25);

@@ -22,23 +22,24 @@ def _mlp(k=64, n=96, out=32, dtype=torch.float32):
     return m
 
 
-def _kernels(fn, x, graphs):
+def _kernels(fn, x, graphs, **cfg):
     """fn(x) compiled (fallback off) and [(fx name, engine op, kernel name)] of its engine graphs
     (`graphs`: conftest's engine_graphs fixture)."""
     with torch.no_grad():
-        got = compile_native(fn)(x)
+        got = compile_native(fn, **cfg)(x)
     return got, [i for g in graphs for i in g.exe.instructions()]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 4, 5, 33])
 def test_int8_weights_stay_int8_in_the_engine(dtype, rows, engine_graphs):
-    """Every linear reads the int8 bytes (GEMV up to four rows, per-block widening beyond), no node
-    converts a weight per call, and the result is torchao's eager one. K = 100 and N = 300, 37:
-    K and row tails of the GEMV, a bias and ReLU after the scale."""
+    """With the exact path (int8_activations="off") every linear reads the int8 bytes (GEMV up to
+    eight rows, per-block widening beyond), no node converts a weight per call, and the result is
+    torchao's eager one. K = 100 and N = 300, 37: K and row tails of the GEMV, a bias and ReLU after
+    the scale."""
     m = _mlp(100, 300, 37, dtype)
     x = torch.randn(rows, 100, dtype=dtype)
-    got, ins = _kernels(m, x, engine_graphs)
+    got, ins = _kernels(m, x, engine_graphs, int8_activations="off")
     with torch.no_grad():
         want = m(x)
     if dtype == torch.float32:
@@ -46,8 +47,85 @@ def test_int8_weights_stay_int8_in_the_engine(dtype, rows, engine_graphs):
     else:
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
     linears = [k for _, op, k in ins if op == "linear"]
-    assert len(linears) == 2 and all(("gemv_int8" if rows <= 4 else "int8_weights") in k for k in linears), ins
+    assert len(linears) == 2 and all(("gemv_int8" if rows <= 8 else "f32_int8_weights") in k for k in linears), ins
     assert not [op for _, op, _ in ins if op in ("convert", "matmul")], ins
+
+
+def _int8_dot_cpu() -> bool:
+    """Does this CPU have AVX-512 VNNI or AMX, where the per-row path runs (kernels/linear_widened.cpp)?"""
+    flags = open("/proc/cpuinfo").read()
+    return any(f in flags for f in ("avx512_vnni", "amx_int8"))
+
+
+def _per_row_reference(m, x):
+    """What int8_activations="per_row" computes, in PyTorch: each row of the linear's input rounded
+    to int8 with the scale amax / 127 (half to even), integer products summed exactly, then the
+    row's scale, the weight's scale and the bias; ReLU between the layers."""
+    def linear(h, layer):
+        h = h.float()
+        amax = h.abs().amax(1, keepdim=True)
+        q = torch.round(h * torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax)))
+        w = layer.weight
+        acc = (q.double() @ w.qdata.double().t()).float()
+        return acc * (amax / 127.0) * w.scale.float().reshape(1, -1) + layer.bias.float()
+    return linear(torch.relu(linear(x, m[0])).to(x.dtype), m[2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [9, 33, 200])
+def test_int8_activations_per_row(dtype, rows, engine_graphs):
+    """The default int8_activations="per_row": linears with int8 weights and more than eight rows
+    quantize each input row to int8 at run time and multiply int8 by int8 (oneDNN, VNNI/AMX), reading
+    the weights in place. The result is the per-row quantized product computed in PyTorch (to f32
+    rounding), and within the rounding of 8-bit activations of torchao's eager answer. K = 100: no
+    multiple of the kernels' vector width."""
+    m = _mlp(100, 300, 37, dtype)
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 100, dtype=dtype)
+    got, ins = _kernels(m, x, engine_graphs)
+    linears = [k for _, op, k in ins if op == "linear"]
+    assert len(linears) == 2, ins
+    with torch.no_grad():
+        eager = m(x).float()
+        emulated = _per_row_reference(m, x)
+    if not _int8_dot_cpu():
+        print("this CPU has no AVX-512 VNNI or AMX: the exact path runs", linears)
+        assert all("f32_int8_weights" in k for k in linears), ins
+        torch.testing.assert_close(got.float(), eager, rtol=2e-2, atol=2e-2)
+        return
+    assert all("s8s8_int8_weights" in k and "quantized per row" in k for k in linears), ins
+    tol = 1e-4 if dtype == torch.float32 else 2e-2  # (bf16: the first layer's output is rounded to bf16)
+    torch.testing.assert_close(got.float(), emulated, rtol=tol, atol=tol)
+    # against torchao: 8-bit rounding of each input, |error| <= amax / 254 * sum |w| per output
+    err = (got.float() - eager).abs().max().item()
+    assert err < 0.05 * eager.abs().max().item(), err
+
+
+def test_int8_activations_rows_with_inf_or_nan_are_exact(engine_graphs):
+    """A row holding inf or nan has no int8 scale: it is computed exactly (the same inf and nan as
+    eager), and the other rows of the call are still quantized."""
+    m = torch.nn.Linear(64, 48).eval()
+    quantize_(m, Int8WeightOnlyConfig())
+    x = torch.randn(16, 64)
+    x[3, 5] = float("inf")
+    x[7, 0] = float("nan")
+    x[11, 9] = -float("inf")
+    got, ins = _kernels(m, x, engine_graphs)
+    with torch.no_grad():
+        want = m(x)
+    bad = [3, 7, 11]
+    torch.testing.assert_close(got[bad], want[bad], rtol=1e-4, atol=1e-4, equal_nan=True)
+    good = [i for i in range(16) if i not in bad]
+    torch.testing.assert_close(got[good], want[good], rtol=0.05, atol=0.05)
+    assert torch.isfinite(got[good]).all()
+
+
+def test_int8_activations_option():
+    """int8_activations takes "per_row" or "off" (AIRGRAPH_INT8_ACTIVATIONS); anything else is refused."""
+    assert airgraph.CompilerConfig().int8_activations == "per_row"
+    assert airgraph.CompilerConfig(int8_activations="off").int8_activations == "off"
+    with pytest.raises(ValueError, match="int8_activations='per_channel'"):
+        airgraph.CompilerConfig(int8_activations="per_channel")
 
 
 def test_weight_int8pack_mm_lowered(engine_graphs):
@@ -67,7 +145,7 @@ def test_weight_int8pack_mm_lowered(engine_graphs):
     m = M()
     for rows in (2, 9):
         x = torch.randn(rows, 45)
-        got, ins = _kernels(m, x, engine_graphs)
+        got, ins = _kernels(m, x, engine_graphs, int8_activations="off")
         torch.testing.assert_close(got, m(x), rtol=1e-4, atol=1e-4)
         assert [k for _, op, k in ins if op == "linear"] and "int8_weights" in ins[0][2], ins
     fn = lambda x, w, s: torch.ops.aten._weight_int8pack_mm(x, w, s)  # noqa: E731
