@@ -24,6 +24,11 @@
 // panel of columns is dequantized into per-call scratch and multiplied by oneDNN's f32 matmul,
 // each thread its own panels (one parallel region a call: on a busy two-core machine every
 // fork/join can wait a time slice for a descheduled thread).
+// With BuildCtx::int8_activations (CompilerConfig.int8_activations="per_row", the default) and
+// AVX-512 VNNI or AMX, a dequantized panel is requantized to int8 per column (scale: the column's
+// largest magnitude / 127, a step about a sixteenth of the int4 group's) and x per row
+// (kernels/int8_rows.h), and oneDNN's s8 x s8 matmul runs it; rows holding inf or nan, and
+// columns whose weights do, are summed exactly from the f32 panel.
 // Accumulation is in f32 as torch's; the sums are grouped differently, so results agree to f32
 // rounding, not bit for bit.
 // (GCC 12's AVX-512 intrinsics start from a self-initialized "undefined" vector and warn about it)
@@ -31,6 +36,7 @@
 #include <immintrin.h>
 
 #include "kernels/common.h"
+#include "kernels/int8_rows.h"
 #include "kernels/onednn_util.h"
 
 #define AG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
@@ -91,6 +97,8 @@ struct Call {
   const float* x;          // [M, K] f32
   const float* xs;         // [M, KB]: sum of x over each group
   float* o;                // [M, N] f32, accumulated into (zeroed by the caller)
+  const int8_t* xq = nullptr;  // the int8 panel path: x quantized per row [M, K], and the rows'
+  const float* xscale = nullptr;  // scales [M] (int8_rows.h)
 };
 
 // Column of the low (hi = 0) or high nibble of byte j in a block of nb columns.
@@ -377,7 +385,7 @@ class LinearInt4Kernel final : public Kernel {
   // Rows up to this run the register kernel; more rows dequantize panels for oneDNN's matmul.
   static constexpr int64_t kDirectRows = 8;
 
-  LinearInt4Kernel(const Node& n) {
+  LinearInt4Kernel(const Node& n, const BuildCtx& ctx) {
     const TensorType& x = n.inputs[0]->type;
     t_ = x.dtype;
     K_ = x.size(x.rank() - 1);
@@ -399,9 +407,10 @@ class LinearInt4Kernel final : public Kernel {
     }
     nblocks_ = (N_ + block_n(layout_) - 1) / block_n(layout_);
     if (M_ > kDirectRows && K_ > 0) {
-      build_panels();
-      name_ = std::string("int4_dequant_panels_onednn_") + dtype_name(t_) + " (layout " + n.attrs.s("layout") +
-              ", " + std::to_string(panel_n_) + " columns a panel)";
+      build_panels(ctx.int8_activations);
+      name_ = std::string(int8_ ? "int4_requant_panels_onednn_s8s8_" : "int4_dequant_panels_onednn_") +
+              dtype_name(t_) + " (layout " + n.attrs.s("layout") + ", " + std::to_string(panel_n_) +
+              " columns a panel" + (int8_ ? ", activations quantized per row)" : ")");
     } else {
       xs_ = scratch_.add(M_ * KB * 4);
       name_ = std::string("int4_gemv_") + isa_name(isa_) + "_" + dtype_name(t_) + " (layout " +
@@ -437,6 +446,12 @@ class LinearInt4Kernel final : public Kernel {
       x = xf;
     }
     Call c{M_, K_, N_, g_, K_ / g_, static_cast<const uint8_t*>(in[1]), in[2], t_, x, nullptr, o};
+    if (int8_) {
+      int8_t* q = ScratchLayout::at<int8_t>(ctx, q_);
+      float* rs = ScratchLayout::at<float>(ctx, rs_);
+      int8_rows::quantize_rows(x, M_, K_, q, rs);
+      c.xq = q, c.xscale = rs;
+    }
     if (panels_) run_panels(c, ctx);
     else run_direct(c, ctx);
     finish(o, out[0]);
@@ -471,7 +486,7 @@ class LinearInt4Kernel final : public Kernel {
   }
 
   // ---- prefill: panels of panel_n_ columns dequantized (all threads), then oneDNN f32 matmul
-  void build_panels() {
+  void build_panels(bool int8) {
     const int64_t B = block_n(layout_);
     slots_ = std::max(1, num_threads());
     // panels of at most about 1 MiB of f32 weights and about four a thread (balance), whole blocks
@@ -481,8 +496,22 @@ class LinearInt4Kernel final : public Kernel {
     tail_n_ = N_ % panel_n_;
     panels_ = true;
     panel_bytes_ = static_cast<size_t>(K_ * panel_n_ * 4 + 63) / 64 * 64;
-    size_t pad = make_exec(full_, panel_n_);
-    if (tail_n_) pad = std::max(pad, make_exec(tail_, tail_n_));
+    if (int8) {
+      // After the f32 panel in a slot's buffer: the int8 panel, its column scales, and the integer
+      // sums [M, cols] (oneDNN's brgemm matmul writes a contiguous result only: with a row stride
+      // of N it falls back to its generic int8 GEMM).
+      const std::string impl = init_panel_matmul_s8(full_, M_, K_, panel_n_, panel_n_, /*k_inner=*/false);
+      int8_ = !impl.empty() && (!tail_n_ || !init_panel_matmul_s8(tail_, M_, K_, tail_n_, tail_n_, false).empty());
+      if (int8_) {
+        panel_bytes_ += static_cast<size_t>(K_ * panel_n_ + panel_n_ * 8 + M_ * panel_n_ * 4 + 63) / 64 * 64;
+        q_ = scratch_.add(M_ * K_);
+        rs_ = scratch_.add(M_ * 4);
+      } else {
+        full_ = Exec{}, tail_ = Exec{};
+      }
+    }
+    size_t pad = int8_ ? full_.scratch_bytes : make_exec(full_, panel_n_);
+    if (tail_n_) pad = std::max(pad, int8_ ? tail_.scratch_bytes : make_exec(tail_, tail_n_));
     pad_bytes_ = (pad + 63) / 64 * 64;
     panel_ = scratch_.add(panel_bytes_ * slots_);
     if (pad) pad_ = scratch_.add(pad_bytes_ * slots_);
@@ -502,10 +531,53 @@ class LinearInt4Kernel final : public Kernel {
     for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
     const bool tail = cols != panel_n_;
     Args& a = (tail ? st->tail : st->full)[slot];
-    a.set(DNNL_ARG_SRC, const_cast<float*>(c.x));
-    a.set(DNNL_ARG_WEIGHTS, panel);
-    a.set(DNNL_ARG_DST, c.o + p0);
+    int8_t* q8 = reinterpret_cast<int8_t*>(panel + K_ * panel_n_);
+    float* cs = reinterpret_cast<float*>(q8 + K_ * panel_n_);
+    float* sums = cs + 2 * panel_n_;
+    if (int8_) requant_panel(panel, cols, q8, cs, cs + panel_n_);
+    a.set(DNNL_ARG_SRC, int8_ ? static_cast<void*>(const_cast<int8_t*>(c.xq)) : const_cast<float*>(c.x));
+    a.set(DNNL_ARG_WEIGHTS, int8_ ? static_cast<void*>(q8) : panel);
+    a.set(DNNL_ARG_DST, int8_ ? sums : c.o + p0);
     (tail ? tail_ : full_).run(a, pads ? pads + slot * pad_bytes_ : nullptr);
+    if (int8_) scale_panel(c, panel, cols, cs, sums, c.o + p0);
+  }
+
+  // The f32 panel [K, cols] to int8 per column (q8, same layout; cs: the columns' scales, NaN for a
+  // column holding inf or nan; inv: [cols] of scratch).
+  void requant_panel(const float* panel, int64_t cols, int8_t* q8, float* cs, float* inv) const {
+    for (int64_t j = 0; j < cols; ++j) cs[j] = 0.f;
+    for (int64_t k = 0; k < K_; ++k)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = panel[k * cols + j];
+        cs[j] = std::isfinite(v) ? std::fmax(cs[j], std::fabs(v)) : std::nanf("");
+      }
+    for (int64_t j = 0; j < cols; ++j) {
+      inv[j] = cs[j] > 0.f ? 127.f / cs[j] : 0.f;  // (NaN: no lane is used, the column is summed exactly)
+      cs[j] /= 127.f;
+    }
+    for (int64_t k = 0; k < K_; ++k)
+      for (int64_t j = 0; j < cols; ++j)
+        q8[k * cols + j] = static_cast<int8_t>(std::isnan(inv[j]) ? 0 : std::nearbyint(panel[k * cols + j] * inv[j]));
+  }
+
+  // The panel's columns of o: the integer sums ([M, cols]) times the row's and the column's scale;
+  // a row or column without a scale (inf or nan in it) summed exactly over the f32 panel.
+  void scale_panel(const Call& c, const float* panel, int64_t cols, const float* cs, const float* sums, float* o) const {
+    const float* rs = c.xscale;
+    for (int64_t m = 0; m < M_; ++m) {
+      float* r = o + m * N_;
+      const float* s = sums + m * cols;
+      const bool bad_row = std::isnan(rs[m]);
+      for (int64_t j = 0; j < cols; ++j) {
+        if (!bad_row && !std::isnan(cs[j])) {
+          r[j] = s[j] * (rs[m] * cs[j]);
+          continue;
+        }
+        float t = 0.f;
+        for (int64_t k = 0; k < K_; ++k) t += c.x[m * K_ + k] * panel[k * cols + j];
+        r[j] = t;
+      }
+    }
   }
 
   void run_panels(const Call& c, const RunCtx& ctx) const {
@@ -531,6 +603,8 @@ class LinearInt4Kernel final : public Kernel {
   Isa isa_ = Isa::Avx2;
   ScratchLayout scratch_;
   static constexpr size_t kNone = ScratchLayout::kNone;
+  size_t q_ = kNone, rs_ = kNone;  // the int8 path's x, quantized, and its rows' scales
+  bool int8_ = false;
   size_t xf_ = kNone, of_ = kNone, xs_ = kNone, panel_ = kNone, pad_ = kNone, panel_bytes_ = 0, pad_bytes_ = 0;
   int slots_ = 1;  // threads the panel path may use (its scratch holds a panel for each)
   bool panels_ = false;
@@ -539,8 +613,8 @@ class LinearInt4Kernel final : public Kernel {
   std::string name_;
 };
 
-std::unique_ptr<Kernel> make_linear_int4(const Node& n, const BuildCtx&) {
-  return std::make_unique<LinearInt4Kernel>(n);
+std::unique_ptr<Kernel> make_linear_int4(const Node& n, const BuildCtx& ctx) {
+  return std::make_unique<LinearInt4Kernel>(n, ctx);
 }
 
 }  // namespace

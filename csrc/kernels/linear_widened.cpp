@@ -19,12 +19,12 @@
 // s8 x s8 -> f32 matmul reads the weights in place (AVX-512 VNNI or AMX; on a CPU with neither the
 // exact path runs), and the row's scale multiplies its sums. The error is the rounding of x to 8 bits (about
 // amax / 440 * |w| per product sum); a row holding inf or nan is computed exactly.
-#include <cmath>
 #include <type_traits>
 
 #include "kernels/common.h"
 #include "kernels/epilogue.h"
 #include "kernels/gemv.h"
+#include "kernels/int8_rows.h"
 #include "kernels/onednn_util.h"
 
 namespace ag {
@@ -145,24 +145,11 @@ class WidenedLinearKernel final : public Kernel {
   }
 
   // oneDNN's s8 x s8 -> f32 matmul of the quantized rows [M, K] with the weights as stored ([N, K],
-  // read as their [K, N] transpose). False (the exact path is built instead) unless oneDNN runs it with
-  // AVX-512 VNNI or AMX dot products: without VNNI its int8 GEMM sums pairs of products in 16 bits,
-  // which can saturate, and the AVX2 (VNNI) kernels are not measured.
+  // read as their [K, N] transpose); false (the exact path is built instead) where it would not run
+  // on VNNI/AMX (init_panel_matmul_s8).
   bool init_int8() {
-    using dims = dnnl::memory::dims;
-    const auto s8 = dnnl::memory::data_type::s8;
-    const dnnl::memory::desc a_md = plain_desc({M_, K_}, s8);
-    const dnnl::memory::desc b_md({K_, N_}, s8, dims{1, K_});
-    const dnnl::memory::desc o_md = plain_desc({M_, N_}, dnnl::memory::data_type::f32);
-    dnnl::matmul::primitive_desc pd;
-    if (!try_make_pd(pd, [&] { return dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, default_attr()); }))
-      return false;
-    impl_ = pd.impl_info_str();
-    if (impl_.find("amx") == std::string::npos && impl_.find("avx512_core_vnni") == std::string::npos) return false;
-    full_.init(dnnl::matmul(pd), pd.scratchpad_desc());
-    full_.bind(DNNL_ARG_SRC, a_md);
-    full_.bind(DNNL_ARG_WEIGHTS, b_md);
-    full_.bind(DNNL_ARG_DST, o_md);
+    impl_ = init_panel_matmul_s8(full_, M_, K_, N_, N_, /*k_inner=*/true);
+    if (impl_.empty()) return false;
     int8_ = true;
     q_ = scratch_.add(M_ * K_);
     row_scale_ = scratch_.add(M_ * 4);
@@ -176,12 +163,9 @@ class WidenedLinearKernel final : public Kernel {
   void run_int8(void* const* in, void* const* out, const RunCtx& ctx) const {
     int8_t* q = ScratchLayout::at<int8_t>(ctx, q_);
     float* rs = ScratchLayout::at<float>(ctx, row_scale_);
-    // Quantize: a row's scale is NaN when it holds inf or nan (computed exactly below).
-    parallel_for(M_, std::max<int64_t>(1, 16384 / std::max<int64_t>(K_, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t m = b; m < e; ++m)
-        rs[m] = t_ == DType::f32 ? quantize_row(static_cast<const float*>(in[0]) + m * K_, q + m * K_)
-                                 : quantize_row(static_cast<const uint16_t*>(in[0]) + m * K_, q + m * K_);
-    });
+    // (a row's scale is NaN when it holds inf or nan: computed exactly below)
+    if (t_ == DType::f32) int8_rows::quantize_rows(static_cast<const float*>(in[0]), M_, K_, q, rs);
+    else int8_rows::quantize_rows(static_cast<const uint16_t*>(in[0]), M_, K_, q, rs);
     float* o = out_f32(out, ctx);
     State* st = static_cast<State*>(ctx.state);
     st->full.set(DNNL_ARG_SRC, q);
@@ -213,40 +197,6 @@ class WidenedLinearKernel final : public Kernel {
         if (t_ != DType::f32) from_f32(t_, r, static_cast<uint16_t*>(out[0]) + m * N_ + j0, n);
       }
     });
-  }
-
-  // x's row to int8 with the scale amax / 127 (returned; 0 for a row of zeros, NaN when the row holds
-  // inf or nan). Round to nearest even, as torch.round and oneDNN's quantization do.
-  template <typename T>
-  float quantize_row(const T* x, int8_t* q) const {
-    const __m256 sign = _mm256_set1_ps(-0.f);
-    __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 8 <= K_; k += 8) {
-      const __m256 v = gemv::load8(x + k);
-      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v));
-      bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
-    }
-    alignas(32) float m8[8];
-    _mm256_store_ps(m8, mx);
-    float amax = 0.f;
-    for (float v : m8) amax = std::max(amax, v);
-    bool nonfinite = _mm256_movemask_ps(bad) != 0;
-    for (int64_t j = k; j < K_; ++j) {
-      const float v = gemv::load1(x + j);
-      nonfinite |= !std::isfinite(v);
-      amax = std::max(amax, std::fabs(v));
-    }
-    if (nonfinite) return std::nanf("");
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    const __m256 iv = _mm256_set1_ps(inv);
-    for (k = 0; k + 8 <= K_; k += 8) {
-      const __m256i i32 = _mm256_cvtps_epi32(_mm256_mul_ps(gemv::load8(x + k), iv));
-      const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi16(i16, i16));
-    }
-    for (int64_t j = k; j < K_; ++j) q[j] = static_cast<int8_t>(std::nearbyint(gemv::load1(x + j) * inv));
-    return amax / 127.f;
   }
 
   static const char* wname() { return std::is_same_v<W, int8_t> ? "int8" : "bfloat16"; }

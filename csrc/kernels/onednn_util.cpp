@@ -319,6 +319,24 @@ std::string init_panel_matmul(Exec& e, int64_t M, int64_t K, int64_t cols, int64
   return pd.impl_info_str();
 }
 
+std::string init_panel_matmul_s8(Exec& e, int64_t M, int64_t K, int64_t cols, int64_t ldo, bool k_inner) {
+  using dims = dnnl::memory::dims;
+  const auto s8 = dnnl::memory::data_type::s8;
+  const dnnl::memory::desc a_md = plain_desc({M, K}, s8);
+  const dnnl::memory::desc b_md({K, cols}, s8, k_inner ? dims{1, K} : dims{cols, 1});
+  const dnnl::memory::desc o_md({M, cols}, dnnl::memory::data_type::f32, dims{ldo, 1});
+  dnnl::matmul::primitive_desc pd;
+  if (!try_make_pd(pd, [&] { return dnnl::matmul::primitive_desc(engine(), a_md, b_md, o_md, default_attr()); }))
+    return "";
+  std::string impl = pd.impl_info_str();
+  if (impl.find("amx") == std::string::npos && impl.find("avx512_core_vnni") == std::string::npos) return "";
+  e.init(dnnl::matmul(pd), pd.scratchpad_desc());
+  e.bind(DNNL_ARG_SRC, a_md);
+  e.bind(DNNL_ARG_WEIGHTS, b_md);
+  e.bind(DNNL_ARG_DST, o_md);
+  return impl;
+}
+
 void* widened(DType t, bool emu, void* x, int64_t n, void* wide) {
   if (!emu) return x;
   to_f32(t, x, static_cast<float*>(wide), n);

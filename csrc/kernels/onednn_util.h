@@ -183,6 +183,11 @@ std::vector<SaveOptions::Blob> packed_blobs(const Graph& g, std::vector<Buffer>&
 // bytes live only during the call). The panel is [cols, K] row-major when `k_inner` (a linear's
 // weight rows), else [K, cols]. Binds SRC, WEIGHTS, DST (and BIAS); returns the implementation's name.
 std::string init_panel_matmul(Exec& e, int64_t M, int64_t K, int64_t cols, int64_t ldo, bool k_inner, bool bias);
+// The same with int8 operands: x [M, K] and the panel s8, their integer products summed into the f32
+// result (no bias). Returns "" and builds nothing unless oneDNN runs it with AVX-512 VNNI or AMX dot
+// products (without VNNI its int8 GEMM sums pairs of products in 16 bits, which can saturate; its
+// AVX2-VNNI kernels are not measured): the caller's f32 path runs there.
+std::string init_panel_matmul_s8(Exec& e, int64_t M, int64_t K, int64_t cols, int64_t ldo, bool k_inner);
 
 // Per-run operands of a convolution-like primitive: `x` (n elements of t) widened to f32 into
 // `wide` when the primitive emulates a 16-bit dtype (`emu`), then reordered into the primitive's

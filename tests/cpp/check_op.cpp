@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <iomanip>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -275,6 +277,12 @@ Run run_on(const Compiled& comp, const OpCase& c, const std::vector<Tensor>& arg
 
 Run compile_and_run(Graph& g, const std::vector<const void*>& inputs, const PipelineOptions* passes) {
   return run(compile(g, passes), inputs);
+}
+
+bool int8_dot_cpu() {
+  std::ifstream f("/proc/cpuinfo");
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s.find("avx512_vnni") != std::string::npos || s.find("amx_int8") != std::string::npos;
 }
 
 Checked check_op(const OpCase& c) {

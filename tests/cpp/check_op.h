@@ -148,6 +148,10 @@ struct OpCase {
   std::function<void(const Run&)> after_run;
 };
 
+// A CPU with AVX-512 VNNI or AMX, where linears with int8/int4 weights take the per-row int8 path
+// (BuildCtx::int8_activations; kernels/linear_widened.cpp, linear_int4.cpp).
+bool int8_dot_cpu();
+
 struct Checked {
   std::vector<Tensor> args;  // the data each arg had
   Run got;                   // at the first thread count

@@ -7,6 +7,8 @@
 // scalar), one and two threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -57,7 +59,22 @@ test::Tensor as_tensor(DType t, const Shape& s, std::vector<float>& v) {
   return r;
 }
 
-test::Checked run_case(const Case& c, bool const_weights = true) {
+// Each row of x [M, K] rounded to int8 at the scale amax / 127 and scaled back, as the per-row path
+// quantizes it (kernels/int8_rows.h).
+std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
+  std::vector<float> q(x.size());
+  for (int64_t m = 0; m < M; ++m) {
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    for (int64_t k = 0; k < K; ++k) q[m * K + k] = std::nearbyint(x[m * K + k] * inv) * (amax / 127.f);
+  }
+  return q;
+}
+
+// int8_activations: the reference is the per-row path's (x per row and the dequantized weights per
+// column rounded to int8); otherwise the exact product.
+test::Checked run_case(const Case& c, bool const_weights = true, bool int8_activations = false) {
   const int64_t KB = c.K / c.g;
   std::mt19937 rng(static_cast<uint32_t>(c.M * 131 + c.K * 7 + c.N * 3 + c.g));
   std::uniform_int_distribution<int> qd(0, 15);
@@ -73,17 +90,28 @@ test::Checked run_case(const Case& c, bool const_weights = true) {
   std::vector<uint8_t> packed = pack(q, c.N, c.K, c.layout);
   test::Tensor xt = as_tensor(c.t, {c.M, c.K}, x), st = as_tensor(c.t, {KB, c.N, 2}, sz);
   test::Tensor wt = test::from_bytes(TensorType(DType::u8, {c.N, c.K / 2}), packed.data());
+  // the dequantized weights [N, K] (f32, as the kernel's panels), per column requantized
+  std::vector<float> w(c.N * c.K);
+  for (int64_t n = 0; n < c.N; ++n) {
+    float amax = 0.f;
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t i = ((k / c.g) * c.N + n) * 2;
+      w[n * c.K + k] = static_cast<float>(q[n * c.K + k]) * sz[i] + (sz[i + 1] - 8.f * sz[i]);
+      amax = std::max(amax, std::fabs(w[n * c.K + k]));
+    }
+    if (int8_activations)
+      for (int64_t k = 0; k < c.K; ++k) w[n * c.K + k] = std::nearbyint(w[n * c.K + k] * (127.f / amax)) * (amax / 127.f);
+  }
+  const std::vector<float> xr = int8_activations ? per_row_int8(x, c.M, c.K) : x;
   std::vector<double> want(c.M * c.N);
   for (int64_t m = 0; m < c.M; ++m)
     for (int64_t n = 0; n < c.N; ++n) {
       double acc = 0;
-      for (int64_t k = 0; k < c.K; ++k) {
-        const int64_t i = ((k / c.g) * c.N + n) * 2;
-        acc += static_cast<double>(x[m * c.K + k]) * ((q[n * c.K + k] - 8) * static_cast<double>(sz[i]) + sz[i + 1]);
-      }
+      for (int64_t k = 0; k < c.K; ++k) acc += static_cast<double>(xr[m * c.K + k]) * w[n * c.K + k];
       want[m * c.N + n] = acc;
     }
   test::OpCase oc;
+  oc.int8_activations = int8_activations;
   oc.op = "linear_int4";
   oc.attrs = attrs({{"group_size", c.g}, {"layout", c.layout}, {"isa", c.isa}});
   oc.args = {Arg(xt), Arg(wt, const_weights), Arg(st, const_weights)};
@@ -91,6 +119,8 @@ test::Checked run_case(const Case& c, bool const_weights = true) {
   oc.want = test::want_values(std::vector<std::vector<double>>{want});
   // f32: accumulation order; 16-bit: the output's rounding (want is the exact value)
   oc.tol = c.t == DType::f32 ? test::Tol{2e-4, 1e-5} : c.t == DType::bf16 ? test::Tol{2e-2, 8e-3} : test::Tol{2e-3, 1e-3};
+  // (per-row path: an f32 rounding of a weight that flips its int8 rounding moves a sum by a step)
+  if (int8_activations) oc.tol.atol = std::max(oc.tol.atol, 2e-3), oc.tol.rtol = std::max(oc.tol.rtol, 1e-3);
   return test::check_op(oc);
 }
 
@@ -105,6 +135,10 @@ TEST_P(Int4Linear, MatchesDequantizedReference) {
   const std::string& k = r.got.kernels[0];
   if (c.M > 8) {
     EXPECT_NE(k.find("int4_dequant_panels_onednn"), std::string::npos) << k;
+    // the same case on the per-row int8 path (CPUs with AVX-512 VNNI or AMX; elsewhere the f32 panels)
+    test::Checked q = run_case(c, true, /*int8_activations=*/true);
+    EXPECT_NE(q.got.kernels[0].find(test::int8_dot_cpu() ? "int4_requant_panels_onednn_s8s8" : "int4_dequant_panels_onednn"),
+              std::string::npos) << q.got.kernels[0];
   } else if (c.isa == "auto") {
     EXPECT_TRUE(k.find("int4_gemv_avx512") != std::string::npos || k.find("int4_gemv_avx2") != std::string::npos) << k;
   } else {

@@ -6,8 +6,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <random>
 
@@ -199,12 +197,6 @@ struct Int8Case {
   DType t;
   bool bias;
 };
-// A CPU with AVX-512 VNNI or AMX, where the per-row path runs (kernels/linear_widened.cpp).
-bool int8_dot_cpu() {
-  std::ifstream f("/proc/cpuinfo");
-  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return s.find("avx512_vnni") != std::string::npos || s.find("amx_int8") != std::string::npos;
-}
 // x with each row rounded to int8 at the scale amax / 127 and scaled back (the per-row path's input).
 std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
   std::vector<float> q(x.size());
@@ -245,7 +237,7 @@ void LinearInt8::check(bool int8_activations) {
     return std::vector<Value*>{y};
   };
   constexpr int64_t kGemvMaxRows = 8;  // (kernels/gemv.h: linears of up to 8 rows run the GEMV)
-  const bool quantized = int8_activations && M > kGemvMaxRows && int8_dot_cpu();
+  const bool quantized = int8_activations && M > kGemvMaxRows && test::int8_dot_cpu();
   auto ref = linear_ref(quantized ? per_row_int8(x, M, K) : x, wf, nullptr, M, K, N);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) ref[m * N + n] = ref[m * N + n] * scale[n] + (with_bias ? b[n] : 0.f);

@@ -67,19 +67,52 @@ class Int4Mm(torch.nn.Module):
 @pytest.mark.parametrize("m,k,n,g", [(1, 256, 176, 64), (3, 128, 64, 32), (4, 512, 192, 256), (17, 256, 112, 128),
                                      (1, 896, 640, 128)])
 def test_op_matches_torch(dtype, m, k, n, g, engine_graphs):
+    """The exact path (int8_activations="off") against torch's op."""
     _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
     x = torch.randn(m, k).to(dtype)
     mod = Int4Mm(w, g, sz)
     with torch.no_grad():
-        got = compile_native(mod)(x)
+        got = compile_native(mod, int8_activations="off")(x)
     assert_close(got, int4mm(x, w, g, sz))
     assert ops_of(engine_graphs) == ["linear_int4"], ops_of(engine_graphs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,k,n,g", [(9, 256, 112, 128), (40, 512, 704, 32)])
+def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
+    """The default int8_activations="per_row" for more than 8 rows (CPUs with AVX-512 VNNI or AMX):
+    each panel of dequantized weights requantized to int8 per column, x per row, int8 products.
+    Against that computed in PyTorch (torch's own dequantization: the op on an identity), and
+    within 8-bit rounding of torch's exact op."""
+    _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+    with torch.no_grad():
+        got = compile_native(Int4Mm(w, g, sz))(x).float()
+        exact = int4mm(x, w, g, sz).float()
+        wd = int4mm(torch.eye(k, dtype=torch.float32), w, g, sz.float())  # [K, N] dequantized
+    kernels = [kn for g_ in engine_graphs for _, _, kn in g_.exe.instructions()]
+    flags = open("/proc/cpuinfo").read()
+    if not any(f in flags for f in ("avx512_vnni", "amx_int8")):
+        print("this CPU has no AVX-512 VNNI or AMX: the exact path runs", kernels)
+        assert "int4_dequant_panels" in kernels[0], kernels
+        return assert_close(got, exact, atol=2e-2, rtol=2e-2)
+    assert "int4_requant_panels_onednn_s8s8" in kernels[0], kernels
+    ca = wd.abs().amax(0, keepdim=True)
+    wq = torch.round(wd * (127.0 / ca)) * (ca / 127.0)
+    xf = x.float()
+    ra = xf.abs().amax(1, keepdim=True)
+    xq = torch.round(xf * (127.0 / ra)) * (ra / 127.0)
+    want = (xq.double() @ wq.double()).float()
+    # (a weight whose f32 dequantization lands on the other side of an int8 rounding boundary moves
+    # its sums by one step, ~5e-3 here; bf16: the output's rounding)
+    torch.testing.assert_close(got, want, atol=2e-2 if dtype == torch.float32 else 4e-2, rtol=1e-2)
+    assert (got - exact).abs().max() < 0.05 * exact.abs().max()
 
 
 def test_op_with_weights_as_inputs(engine_graphs):
     """The packed weight and scales as function arguments (graph inputs, read per call)."""
     _, w, sz = packed_operands(128, 256, 64, torch.bfloat16)
-    fn = compile_native(lambda x, w, sz: int4mm(x, w, 64, sz))
+    fn = compile_native(lambda x, w, sz: int4mm(x, w, 64, sz), int8_activations="off")
     for m in (1, 2, 9):
         x = torch.randn(m, 256, dtype=torch.bfloat16)
         assert_close(fn(x, w, sz), int4mm(x, w, 64, sz))
@@ -98,7 +131,8 @@ def quantized_mlp(dtype, group_size):
 def test_torchao_mlp_matches_eager_with_no_float_weights(dtype, group_size, engine_graphs):
     m = quantized_mlp(dtype, group_size)
     assert type(m[0].weight).__name__ == "Int4OpaqueTensor"
-    c = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=False)
+    cfg = airgraph.CompilerConfig(fallback=False, int8_activations="off")  # (exact: test_op_per_row_int8)
+    c = torch.compile(m, backend=airgraph.get_backend(cfg), dynamic=False)
     with torch.no_grad():
         for rows in (1, 3, 17):
             x = torch.randn(rows, 256, dtype=dtype)
@@ -145,7 +179,8 @@ def test_other_cpu_capability_layouts(tmp_path):
                 torch._dynamo.reset()
             print("ok", torch.backends.cpu.get_cpu_capability())
         """)
-        env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, AIRGRAPH_CACHE_DIR=str(tmp_path))
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, AIRGRAPH_CACHE_DIR=str(tmp_path),
+                   AIRGRAPH_INT8_ACTIVATIONS="off")
         r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "ok" in r.stdout, f"{capability}: " + r.stdout + r.stderr
 
