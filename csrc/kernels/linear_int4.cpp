@@ -25,10 +25,10 @@
 // each thread its own panels (one parallel region a call: on a busy two-core machine every
 // fork/join can wait a time slice for a descheduled thread).
 // With BuildCtx::int8_activations (CompilerConfig.int8_activations="per_row", the default) and
-// AVX-512 VNNI or AMX, a dequantized panel is requantized to int8 per column (scale: the column's
-// largest magnitude / 127, a step about a sixteenth of the int4 group's) and x per row
-// (kernels/int8_rows.h), and oneDNN's s8 x s8 matmul runs it; rows holding inf or nan, and
-// columns whose weights do, are summed exactly from the f32 panel.
+// AVX-512 VNNI or AMX, a panel is requantized from the nibbles to int8 per column (scale: the
+// largest |(q - 8) * scale + zero| of the column's groups / 127, a step about a sixteenth of the int4
+// group's) and x per row (kernels/int8_rows.h), and oneDNN's s8 x s8 matmul runs it; rows holding
+// inf or nan, and columns whose scales do, are summed exactly from a dequantized f32 panel.
 // Accumulation is in f32 as torch's; the sums are grouped differently, so results agree to f32
 // rounding, not bit for bit.
 // (GCC 12's AVX-512 intrinsics start from a self-initialized "undefined" vector and warn about it)
@@ -372,6 +372,61 @@ void dequant_block(const Call& c, Layout l, int64_t b, float* panel, int64_t ld,
   }
 }
 
+// Block `b` of the packed weight straight to int8 in a [K, ld] panel at column pc: value
+// ((q - 8) * scale + zero) * inv[column] rounded half to even (inv: 127 / the column's bound,
+// 0 for a column without one). Columns n0 .. n0 + nb of the panel's `inv`, from pc.
+void requant_block(const Call& c, Layout l, int64_t b, int8_t* panel, int64_t ld, int64_t pc, const float* inv) {
+  const int64_t B = block_n(l), n0 = b * B, nb = std::min(B, c.N - n0);
+  const bool split = nb == B && l != Layout::Pairs;
+  const uint8_t* wb = c.w + n0 * c.K / 2;
+  alignas(32) float s[64], z[64];
+  const __m256i lo4 = _mm256_set1_epi32(15);
+  for (int64_t kb = 0; kb < c.KB; ++kb) {
+    for (int64_t n = 0; n < nb; ++n) {  // (scale and zero times the column's 127 / bound)
+      const float sc = sz_at(c, kb, n0 + n, 0), iv = inv[pc + n];
+      s[n] = sc * iv;
+      z[n] = (sz_at(c, kb, n0 + n, 1) - 8.f * sc) * iv;
+      if (iv == 0.f) s[n] = z[n] = 0.f;
+    }
+    for (int64_t k = kb * c.g; k < (kb + 1) * c.g; ++k) {
+      const uint8_t* row = wb + k * nb / 2;
+      int8_t* dst = panel + k * ld + pc;
+      if (split) {  // low nibbles: columns j, high: j + nb / 2, eight at a time
+        const int64_t h = nb / 2;
+        for (int64_t j = 0; j < h; j += 8) {
+          const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + j)));
+          for (int hi = 0; hi < 2; ++hi) {
+            const __m256i q = hi ? _mm256_srli_epi32(bytes, 4) : _mm256_and_si256(bytes, lo4);
+            const int64_t o = j + hi * h;
+            const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_load_ps(s + o), _mm256_load_ps(z + o));
+            const __m256i i32 = _mm256_cvtps_epi32(v);
+            const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + o), _mm_packs_epi16(i16, i16));
+          }
+        }
+      } else {
+        for (int64_t j = 0; j < nb / 2; ++j) {
+          dst[2 * j] = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[j] & 15) * s[2 * j] + z[2 * j]));
+          dst[2 * j + 1] = static_cast<int8_t>(std::nearbyint(static_cast<float>(row[j] >> 4) * s[2 * j + 1] + z[2 * j + 1]));
+        }
+      }
+    }
+  }
+}
+
+// The bound of the columns n0 .. n0 + cols of the weight: the largest |(q - 8) * scale + zero| any
+// q in [0, 15] gives over the column's groups (into bound[0 .. cols)); NaN where a scale or zero
+// is inf or nan.
+void column_bounds(const Call& c, int64_t n0, int64_t cols, float* bound) {
+  for (int64_t j = 0; j < cols; ++j) bound[j] = 0.f;
+  for (int64_t kb = 0; kb < c.KB; ++kb)
+    for (int64_t j = 0; j < cols; ++j) {
+      const float sc = sz_at(c, kb, n0 + j, 0), z = sz_at(c, kb, n0 + j, 1) - 8.f * sc;
+      const float m = std::fmax(std::fabs(z), std::fabs(15.f * sc + z));
+      bound[j] = std::isfinite(m) && !std::isnan(bound[j]) ? std::fmax(bound[j], m) : std::nanf("");
+    }
+}
+
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -528,46 +583,64 @@ class LinearInt4Kernel final : public Kernel {
   void run_panel(const Call& c, State* st, char* panels, char* pads, int slot, int64_t p) const {
     const int64_t B = block_n(layout_), p0 = p * panel_n_, cols = std::min(panel_n_, N_ - p0);
     float* panel = reinterpret_cast<float*>(panels + slot * panel_bytes_);
-    for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
     const bool tail = cols != panel_n_;
     Args& a = (tail ? st->tail : st->full)[slot];
     int8_t* q8 = reinterpret_cast<int8_t*>(panel + K_ * panel_n_);
     float* cs = reinterpret_cast<float*>(q8 + K_ * panel_n_);
     float* sums = cs + 2 * panel_n_;
-    if (int8_) requant_panel(panel, cols, q8, cs, cs + panel_n_);
+    bool bad_cols = false;
+    if (int8_) {
+      bad_cols = requant_panel(c, p0, cols, q8, cs, cs + panel_n_);
+      // (the f32 panel only where a row or column is summed exactly)
+      bool bad_rows = false;
+      for (int64_t m = 0; m < M_ && !bad_cols; ++m) bad_rows |= std::isnan(c.xscale[m]);
+      if (bad_cols || bad_rows)
+        for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
+    } else {
+      for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
+    }
     a.set(DNNL_ARG_SRC, int8_ ? static_cast<void*>(const_cast<int8_t*>(c.xq)) : const_cast<float*>(c.x));
     a.set(DNNL_ARG_WEIGHTS, int8_ ? static_cast<void*>(q8) : panel);
     a.set(DNNL_ARG_DST, int8_ ? sums : c.o + p0);
     (tail ? tail_ : full_).run(a, pads ? pads + slot * pad_bytes_ : nullptr);
-    if (int8_) scale_panel(c, panel, cols, cs, sums, c.o + p0);
+    if (int8_) scale_panel(c, panel, cols, cs, bad_cols, sums, c.o + p0);
   }
 
-  // The f32 panel [K, cols] to int8 per column (q8, same layout; cs: the columns' scales, NaN for a
-  // column holding inf or nan; inv: [cols] of scratch).
-  void requant_panel(const float* panel, int64_t cols, int8_t* q8, float* cs, float* inv) const {
-    for (int64_t j = 0; j < cols; ++j) cs[j] = 0.f;
-    for (int64_t k = 0; k < K_; ++k)
-      for (int64_t j = 0; j < cols; ++j) {
-        const float v = panel[k * cols + j];
-        cs[j] = std::isfinite(v) ? std::fmax(cs[j], std::fabs(v)) : std::nanf("");
-      }
+  // Columns p0 .. p0 + cols of the weight to int8 in the panel q8 ([K, cols]), each at the scale
+  // bound / 127 (cs; column_bounds), straight from the nibbles. A column whose scale or zero is inf or
+  // nan gets NaN in cs and 0s in q8 (summed exactly by scale_panel). inv: [cols] of scratch.
+  // Returns whether there is such a column.
+  bool requant_panel(const Call& c, int64_t p0, int64_t cols, int8_t* q8, float* cs, float* inv) const {
+    column_bounds(c, p0, cols, cs);
+    bool any_bad = false;
     for (int64_t j = 0; j < cols; ++j) {
-      inv[j] = cs[j] > 0.f ? 127.f / cs[j] : 0.f;  // (NaN: no lane is used, the column is summed exactly)
+      const bool bad = std::isnan(cs[j]);
+      any_bad |= bad;
+      inv[j] = !bad && cs[j] > 0.f ? 127.f / cs[j] : 0.f;
       cs[j] /= 127.f;
     }
-    for (int64_t k = 0; k < K_; ++k)
-      for (int64_t j = 0; j < cols; ++j)
-        q8[k * cols + j] = static_cast<int8_t>(std::isnan(inv[j]) ? 0 : std::nearbyint(panel[k * cols + j] * inv[j]));
+    const int64_t B = block_n(layout_);
+    for (int64_t i = 0; i * B < cols; ++i) requant_block(c, layout_, p0 / B + i, q8, cols, i * B, inv);
+    return any_bad;
   }
 
   // The panel's columns of o: the integer sums ([M, cols]) times the row's and the column's scale;
   // a row or column without a scale (inf or nan in it) summed exactly over the f32 panel.
-  void scale_panel(const Call& c, const float* panel, int64_t cols, const float* cs, const float* sums, float* o) const {
+  void scale_panel(const Call& c, const float* panel, int64_t cols, const float* cs, bool bad_cols,
+                   const float* sums, float* o) const {
     const float* rs = c.xscale;
     for (int64_t m = 0; m < M_; ++m) {
       float* r = o + m * N_;
       const float* s = sums + m * cols;
       const bool bad_row = std::isnan(rs[m]);
+      if (!bad_row && !bad_cols) {
+        const __m256 sr = _mm256_set1_ps(rs[m]);
+        int64_t j = 0;
+        for (; j + 8 <= cols; j += 8)
+          _mm256_storeu_ps(r + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), _mm256_mul_ps(sr, _mm256_loadu_ps(cs + j))));
+        for (; j < cols; ++j) r[j] = s[j] * (rs[m] * cs[j]);
+        continue;
+      }
       for (int64_t j = 0; j < cols; ++j) {
         if (!bad_row && !std::isnan(cs[j])) {
           r[j] = s[j] * (rs[m] * cs[j]);

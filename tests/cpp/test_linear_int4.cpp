@@ -90,17 +90,19 @@ test::Checked run_case(const Case& c, bool const_weights = true, bool int8_activ
   std::vector<uint8_t> packed = pack(q, c.N, c.K, c.layout);
   test::Tensor xt = as_tensor(c.t, {c.M, c.K}, x), st = as_tensor(c.t, {KB, c.N, 2}, sz);
   test::Tensor wt = test::from_bytes(TensorType(DType::u8, {c.N, c.K / 2}), packed.data());
-  // the dequantized weights [N, K] (f32, as the kernel's panels), per column requantized
+  // the dequantized weights [N, K], per column requantized to int8 at the scale bound / 127, where
+  // the bound is the largest magnitude any q gives over the column's groups
   std::vector<float> w(c.N * c.K);
   for (int64_t n = 0; n < c.N; ++n) {
-    float amax = 0.f;
+    float bound = 0.f;
     for (int64_t k = 0; k < c.K; ++k) {
       const int64_t i = ((k / c.g) * c.N + n) * 2;
-      w[n * c.K + k] = static_cast<float>(q[n * c.K + k]) * sz[i] + (sz[i + 1] - 8.f * sz[i]);
-      amax = std::max(amax, std::fabs(w[n * c.K + k]));
+      const float z = sz[i + 1] - 8.f * sz[i];
+      w[n * c.K + k] = static_cast<float>(q[n * c.K + k]) * sz[i] + z;
+      bound = std::max({bound, std::fabs(z), std::fabs(15.f * sz[i] + z)});
     }
     if (int8_activations)
-      for (int64_t k = 0; k < c.K; ++k) w[n * c.K + k] = std::nearbyint(w[n * c.K + k] * (127.f / amax)) * (amax / 127.f);
+      for (int64_t k = 0; k < c.K; ++k) w[n * c.K + k] = std::nearbyint(w[n * c.K + k] * (127.f / bound)) * (bound / 127.f);
   }
   const std::vector<float> xr = int8_activations ? per_row_int8(x, c.M, c.K) : x;
   std::vector<double> want(c.M * c.N);

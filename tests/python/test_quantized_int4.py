@@ -81,7 +81,7 @@ def test_op_matches_torch(dtype, m, k, n, g, engine_graphs):
 @pytest.mark.parametrize("m,k,n,g", [(9, 256, 112, 128), (40, 512, 704, 32)])
 def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
     """The default int8_activations="per_row" for more than 8 rows (CPUs with AVX-512 VNNI or AMX):
-    each panel of dequantized weights requantized to int8 per column, x per row, int8 products.
+    each panel of weights requantized to int8 per column from the nibbles, x per row, int8 products.
     Against that computed in PyTorch (torch's own dequantization: the op on an identity), and
     within 8-bit rounding of torch's exact op."""
     _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
@@ -97,7 +97,10 @@ def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
         assert "int4_dequant_panels" in kernels[0], kernels
         return assert_close(got, exact, atol=2e-2, rtol=2e-2)
     assert "int4_requant_panels_onednn_s8s8" in kernels[0], kernels
-    ca = wd.abs().amax(0, keepdim=True)
+    # each column at the scale bound / 127, the bound being the largest |(q - 8) * scale + zero| any q
+    # in [0, 15] gives over the column's groups
+    sc, zero = sz.float()[..., 0], sz.float()[..., 1] - 8 * sz.float()[..., 0]
+    ca = torch.maximum(zero.abs(), (15 * sc + zero).abs()).amax(0, keepdim=True)
     wq = torch.round(wd * (127.0 / ca)) * (ca / 127.0)
     xf = x.float()
     ra = xf.abs().amax(1, keepdim=True)
@@ -107,6 +110,25 @@ def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
     # its sums by one step, ~5e-3 here; bf16: the output's rounding)
     torch.testing.assert_close(got, want, atol=2e-2 if dtype == torch.float32 else 4e-2, rtol=1e-2)
     assert (got - exact).abs().max() < 0.05 * exact.abs().max()
+
+
+def test_op_per_row_int8_inf_and_nan_are_exact():
+    """On the per-row path a row of x holding inf or nan, and a column whose scale is inf, are summed
+    exactly (eager's inf and nan); the rest stays within 8-bit rounding."""
+    _, w, sz = packed_operands(128, 256, 64, torch.float32, seed=3)
+    sz[1, 5, 0] = float("inf")
+    x = torch.randn(12, 256, generator=torch.Generator().manual_seed(1))
+    x[4, 7] = float("nan")
+    x[9, 0] = float("inf")
+    with torch.no_grad():
+        got = compile_native(Int4Mm(w, 64, sz))(x)
+        want = int4mm(x, w, 64, sz)
+    torch.testing.assert_close(got[[4, 9]], want[[4, 9]], equal_nan=True)
+    torch.testing.assert_close(got[:, 5], want[:, 5], equal_nan=True)
+    rest = [i for i in range(12) if i not in (4, 9)]
+    keep = [j for j in range(128) if j != 5]
+    g, e = got[rest][:, keep], want[rest][:, keep]
+    assert torch.isfinite(g).all() and (g - e).abs().max() < 0.05 * e.abs().max()
 
 
 def test_op_with_weights_as_inputs(engine_graphs):
