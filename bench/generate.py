@@ -30,7 +30,8 @@ symmetric per channel, int4 = NNCF 4-bit asymmetric in groups of 128 (torchao's 
 NNCF keeps the embedding, tied to lm_head, in 8 bits); bf16 = the fp32 weights at OpenVINO's default
 precision (no hint: bf16 where the CPU has it), beside airgraph's bf16. Its "first generate()" comes after
 from_pretrained, whose time (export, compression, compile) is in the notes. That worker imports neither
-airgraph nor torchao.
+airgraph nor torchao. AIRGRAPH_BENCH_OV_CONFIG='{"ENABLE_CPU_PINNING": "NO"}' (JSON) adds or replaces
+OpenVINO properties, for experiments.
 
   .venv/bin/python bench/generate.py                      # zoo decoder (small), batch 1 and 4
   .venv/bin/python bench/generate.py --model 0.5b --batches 1
@@ -191,15 +192,17 @@ def save_model(name: str, path: str) -> str:
 
 
 OV_PROPERTIES = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "INFERENCE_NUM_THREADS", "PERFORMANCE_HINT",
-                 "DYNAMIC_QUANTIZATION_GROUP_SIZE")
+                 "DYNAMIC_QUANTIZATION_GROUP_SIZE", "ENABLE_CPU_PINNING")
 
 
 def ov_config(weights: str) -> dict:
     """The OpenVINO CPU plugin's properties for these weights: f32 compute and KV cache, except for bf16,
-    which stands for OpenVINO's default precision (no hint)."""
+    which stands for OpenVINO's default precision (no hint). AIRGRAPH_BENCH_OV_CONFIG (a JSON object)
+    adds or replaces properties, for experiments (e.g. {"ENABLE_CPU_PINNING": "NO"})."""
     cfg = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": str(THREADS)}
     if weights != "bf16":
         cfg.update(INFERENCE_PRECISION_HINT="f32", KV_CACHE_PRECISION="f32")
+    cfg.update(json.loads(os.environ.get("AIRGRAPH_BENCH_OV_CONFIG") or "{}"))
     return cfg
 
 
@@ -598,7 +601,7 @@ def _row(r: dict) -> str:
         notes.append(f"from_pretrained (export, compression, compile) {r['load_ms'] / 1000:.1f} s; "
                      f"compute {p.get('INFERENCE_PRECISION_HINT', '?')}, KV cache {p.get('KV_CACHE_PRECISION', '?')}, "
                      f"{p.get('INFERENCE_NUM_THREADS', '?')} threads, dynamic quantization group "
-                     f"{p.get('DYNAMIC_QUANTIZATION_GROUP_SIZE', '?')}")
+                     f"{p.get('DYNAMIC_QUANTIZATION_GROUP_SIZE', '?')}, CPU pinning {p.get('ENABLE_CPU_PINNING', '?')}")
     n = r.get("new", "?")
     if "lead_fp32" in r:
         notes.append(f"{r['lead_fp32']}/{n} leading tokens = eager fp32's")

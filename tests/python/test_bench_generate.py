@@ -51,13 +51,16 @@ def test_missing_ov_env_is_a_row_with_the_reason(gen, monkeypatch, tmp_path):
     assert "openvino-llm-env.sh" in gen._row(rows[0]), gen._row(rows[0])
 
 
-def test_ov_config_f32_hint_except_bf16(gen):
+def test_ov_config_f32_hint_except_bf16(gen, monkeypatch):
+    monkeypatch.delenv("AIRGRAPH_BENCH_OV_CONFIG", raising=False)
     f32 = gen.ov_config("fp32")
     assert f32 == {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": str(gen.THREADS),
                    "INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
     assert gen.ov_config("int4") == f32
     assert "INFERENCE_PRECISION_HINT" not in gen.ov_config("bf16")  # OpenVINO's own default precision
     assert gen.ov_quantization("fp32") is None and gen.ov_quantization("bf16") is None
+    monkeypatch.setenv("AIRGRAPH_BENCH_OV_CONFIG", '{"ENABLE_CPU_PINNING": "NO"}')  # experiments add properties
+    assert gen.ov_config("fp32") == dict(f32, ENABLE_CPU_PINNING="NO")
 
 
 def test_token_agreement_and_leading_tokens(gen):
