@@ -1,6 +1,7 @@
 // The C++ tests' one harness: see check_op.h.
 #include "check_op.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -283,6 +284,17 @@ bool int8_dot_cpu() {
   std::ifstream f("/proc/cpuinfo");
   const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   return s.find("avx512_vnni") != std::string::npos || s.find("amx_int8") != std::string::npos;
+}
+
+std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
+  std::vector<float> q(x.size());
+  for (int64_t m = 0; m < M; ++m) {
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    for (int64_t k = 0; k < K; ++k) q[m * K + k] = std::nearbyint(x[m * K + k] * inv) * (amax / 127.f);
+  }
+  return q;
 }
 
 Checked check_op(const OpCase& c) {

@@ -59,18 +59,6 @@ test::Tensor as_tensor(DType t, const Shape& s, std::vector<float>& v) {
   return r;
 }
 
-// Each row of x [M, K] rounded to int8 at the scale amax / 127 and scaled back, as the per-row path
-// quantizes it (kernels/int8_rows.h).
-std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
-  std::vector<float> q(x.size());
-  for (int64_t m = 0; m < M; ++m) {
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    for (int64_t k = 0; k < K; ++k) q[m * K + k] = std::nearbyint(x[m * K + k] * inv) * (amax / 127.f);
-  }
-  return q;
-}
 
 // int8_activations: the reference is the per-row path's (x per row and the dequantized weights per
 // column rounded to int8); otherwise the exact product.
@@ -104,7 +92,7 @@ test::Checked run_case(const Case& c, bool const_weights = true, bool int8_activ
     if (int8_activations)
       for (int64_t k = 0; k < c.K; ++k) w[n * c.K + k] = std::nearbyint(w[n * c.K + k] * (127.f / bound)) * (bound / 127.f);
   }
-  const std::vector<float> xr = int8_activations ? per_row_int8(x, c.M, c.K) : x;
+  const std::vector<float> xr = int8_activations ? test::per_row_int8(x, c.M, c.K) : x;
   std::vector<double> want(c.M * c.N);
   for (int64_t m = 0; m < c.M; ++m)
     for (int64_t n = 0; n < c.N; ++n) {

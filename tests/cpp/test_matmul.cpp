@@ -197,17 +197,6 @@ struct Int8Case {
   DType t;
   bool bias;
 };
-// x with each row rounded to int8 at the scale amax / 127 and scaled back (the per-row path's input).
-std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
-  std::vector<float> q(x.size());
-  for (int64_t m = 0; m < M; ++m) {
-    float amax = 0.f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    for (int64_t k = 0; k < K; ++k) q[m * K + k] = std::nearbyint(x[m * K + k] * inv) * (amax / 127.f);
-  }
-  return q;
-}
 class LinearInt8 : public ::testing::TestWithParam<Int8Case> {
  protected:
   void check(bool int8_activations);
@@ -238,7 +227,7 @@ void LinearInt8::check(bool int8_activations) {
   };
   constexpr int64_t kGemvMaxRows = 8;  // (kernels/gemv.h: linears of up to 8 rows run the GEMV)
   const bool quantized = int8_activations && M > kGemvMaxRows && test::int8_dot_cpu();
-  auto ref = linear_ref(quantized ? per_row_int8(x, M, K) : x, wf, nullptr, M, K, N);
+  auto ref = linear_ref(quantized ? test::per_row_int8(x, M, K) : x, wf, nullptr, M, K, N);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) ref[m * N + n] = ref[m * N + n] * scale[n] + (with_bias ? b[n] : 0.f);
   c.want = test::want_values(ref);
