@@ -99,6 +99,7 @@ struct Call {
   float* o;                // [M, N] f32, accumulated into (zeroed by the caller)
   const int8_t* xq = nullptr;  // the int8 panel path: x quantized per row [M, K], and the rows'
   const float* xscale = nullptr;  // scales [M] (int8_rows.h)
+  bool xbad = false;              // a row of x holds inf or nan (its scale is NaN)
 };
 
 // Column of the low (hi = 0) or high nibble of byte j in a block of nb columns.
@@ -506,6 +507,7 @@ class LinearInt4Kernel final : public Kernel {
       float* rs = ScratchLayout::at<float>(ctx, rs_);
       int8_rows::quantize_rows(x, M_, K_, q, rs);
       c.xq = q, c.xscale = rs;
+      c.xbad = std::any_of(rs, rs + M_, [](float v) { return std::isnan(v); });
     }
     if (panels_) run_panels(c, ctx);
     else run_direct(c, ctx);
@@ -588,17 +590,9 @@ class LinearInt4Kernel final : public Kernel {
     int8_t* q8 = reinterpret_cast<int8_t*>(panel + K_ * panel_n_);
     float* cs = reinterpret_cast<float*>(q8 + K_ * panel_n_);
     float* sums = cs + 2 * panel_n_;
-    bool bad_cols = false;
-    if (int8_) {
-      bad_cols = requant_panel(c, p0, cols, q8, cs, cs + panel_n_);
-      // (the f32 panel only where a row or column is summed exactly)
-      bool bad_rows = false;
-      for (int64_t m = 0; m < M_ && !bad_cols; ++m) bad_rows |= std::isnan(c.xscale[m]);
-      if (bad_cols || bad_rows)
-        for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
-    } else {
+    const bool bad_cols = int8_ && requant_panel(c, p0, cols, q8, cs, cs + panel_n_);
+    if (!int8_ || bad_cols || c.xbad)  // (int8: the f32 panel only where a row or column is summed exactly)
       for (int64_t i = 0; i * B < cols; ++i) dequant_block(c, layout_, p0 / B + i, panel, cols, i * B);
-    }
     a.set(DNNL_ARG_SRC, int8_ ? static_cast<void*>(const_cast<int8_t*>(c.xq)) : const_cast<float*>(c.x));
     a.set(DNNL_ARG_WEIGHTS, int8_ ? static_cast<void*>(q8) : panel);
     a.set(DNNL_ARG_DST, int8_ ? sums : c.o + p0);
