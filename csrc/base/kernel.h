@@ -33,9 +33,9 @@ struct BuildCtx {
   // implementation on the weights as stored is about as fast (one copy of the weights). A constant
   // [K, N] matmul operand is always packed. CompilerConfig.pack_weights.
   int64_t pack_rows = INT64_MAX;
-  // Linears with int8 weights and more rows than a GEMV takes quantize their input per row at run time
-  // and run int8 products (kernels/linear_widened.cpp); false widens the weights to f32 (the exact
-  // path). CompilerConfig.int8_activations.
+  // Linears with int8 or int4 weights and more rows than a GEMV takes quantize their input per row at
+  // run time and run int8 products (kernels/linear_widened.cpp, linear_int4.cpp); false widens the
+  // weights to f32 (the exact path). CompilerConfig.int8_activations.
   bool int8_activations = true;
   // Threads that packing a weight runs on (0: the building thread's own count). Kernels built
   // on several threads at once (compile_program) pack with one thread each.

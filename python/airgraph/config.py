@@ -73,10 +73,11 @@ class CompilerConfig:
     # linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
     # convolution weights are always packed (AIRGRAPH_PACK_WEIGHTS).
     pack_weights: str = field(default_factory=lambda: _env("AIRGRAPH_PACK_WEIGHTS", "auto"))
-    # Linears with int8 weights (torchao's Int8WeightOnlyConfig, _weight_int8pack_mm) and more than 8 rows
-    # (prefill, encoders): "per_row" quantizes each row of the input to int8 at run time (scale = its
-    # largest magnitude / 127) and runs int8 products (AVX-512 VNNI or AMX; where the CPU has neither,
-    # "off"'s path runs): 5-10x faster than widening the weights, with the input's rounding to 8 bits as error
+    # Linears with int8 weights (torchao's Int8WeightOnlyConfig, _weight_int8pack_mm) or int4 ones (torchao's
+    # int4 for CPU; requantized to int8 per column) and more than 8 rows (prefill, encoders): "per_row"
+    # quantizes each row of the input to int8 at run time (scale = its largest magnitude / 127) and runs
+    # int8 products (AVX-512 VNNI or AMX; where the CPU has neither, "off"'s path runs): 2-9x faster than
+    # widening the weights (int4 at 16 rows: 1.2x), with the input's rounding to 8 bits as error
     # (docs/weights.md#int8-activations). "off" widens the weights to f32 and gives torchao's eager result
     # to f32 rounding. Decode steps of up to 8 rows always read the weights exactly (a GEMV, bound by the
     # weights' bytes). AIRGRAPH_INT8_ACTIVATIONS.
