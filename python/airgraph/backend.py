@@ -168,16 +168,56 @@ def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str])
     return consts
 
 
-def _shape_spec(sources, example_inputs) -> ShapeSpec:
+def _fold_attribute_floats(gm: torch.fx.GraphModule, sources) -> set[int]:
+    """Python floats read from an attribute (a norm's eps, attention's scale) become constants of
+    the graph, guarded by value, as Dynamo makes them when it specializes a float.
+
+    With dynamic=True Dynamo passes every float as a 0-d tensor and `.item()`s it in the graph;
+    AOTAutograd's tensorify pass then specializes those it cannot turn into tensor ops (SDPA's
+    `scale` always) and restarts the whole trace: Dynamo again, AOTAutograd again (15 of the
+    53 s of a 20-layer decoder's first generate()). Folding them here, with a guard on each value
+    (guard_scalar: the frame is retraced when an attribute changes) and the symbol marked as
+    specialized so that tensorify does not restart, costs nothing; the 0-d input stays, unused.
+    Floats passed as arguments stay symbolic (one graph for every value). Returns the positions
+    of the inputs folded."""
+    try:
+        from torch._dynamo.source import AttrSource
+        from torch._dynamo.symbolic_convert import TensorifyState
+        from torch.fx.experimental.symbolic_shapes import guard_scalar
+    except ImportError:  # pragma: no cover - torch internals moved: tensorify restarts as before
+        return set()
+    folded = set()
+    for i, (n, ga, _) in enumerate(sources):
+        if not getattr(ga, "pass_arg_as_tensor", False) or not isinstance(getattr(ga, "source", None), AttrSource):
+            continue
+        memo = getattr(n.meta.get("example_value"), "item_memo", None)
+        sym = getattr(getattr(getattr(memo, "node", None), "_expr", None), "name", None)
+        users = list(n.users)
+        if sym is None or not users or not all(u.op == "call_method" and u.target == "item" for u in users):
+            continue
+        value = guard_scalar(memo)
+        for u in users:
+            u.replace_all_uses_with(value)
+            gm.graph.erase_node(u)
+        TensorifyState.specialize(sym)
+        folded.add(i)
+    if folded:
+        gm.recompile()
+    return folded
+
+
+def _shape_spec(sources, example_inputs, folded: set[int] = frozenset()) -> ShapeSpec:
     """What the Dynamo graph's inputs say beyond the ATen graph, in one pass over them: the gears
     from airgraph.set_dim_gears (Symbol -> allowed sizes), the Python floats Dynamo passes as 0-d
-    tensors (dynamic=True unspecializes floats such as a norm's eps: position -> example value),
-    and the user's names of the inputs (L['input_ids'] -> input_ids, for messages)."""
+    tensors (dynamic=True unspecializes floats passed as arguments: position -> example value; the
+    attributes' are `folded`, constants of the graph), and the user's names of the inputs
+    (L['input_ids'] -> input_ids, for messages)."""
     spec = ShapeSpec()
     for i, ((n, ga, name), ex) in enumerate(zip(sources, example_inputs)):
         if name:
             spec.names[i] = name
-        if getattr(ga, "pass_arg_as_tensor", False) and isinstance(ex, torch.Tensor) and ex.dim() == 0:
+        if getattr(ga, "pass_arg_as_tensor", False) and isinstance(ex, torch.Tensor) and ex.dim() == 0 \
+                and i not in folded:
             spec.values[i] = ex.item()
         gears = getattr(getattr(ga, "example", None), "_airgraph_dim_gears", None)
         fake = n.meta.get("example_value")  # the traced (symbolic) sizes; example_inputs are real
@@ -400,10 +440,11 @@ def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerC
     if config is None:
         config = CompilerConfig.from_options(kwargs.get("options"))
     sources = _input_sources(gm)
+    folded = _fold_attribute_floats(gm, sources)
     params = _param_positions(sources, example_inputs)
     # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
     # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
-    return _compile(gm, example_inputs, config, params, _shape_spec(sources, example_inputs))
+    return _compile(gm, example_inputs, config, params, _shape_spec(sources, example_inputs, folded))
 
 
 def get_backend(config: CompilerConfig | None = None):

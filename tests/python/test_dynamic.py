@@ -361,8 +361,9 @@ class _RMSNorm(torch.nn.Module):
 
 
 def test_float_attributes_are_constants_per_program():
-    """dynamic=True passes module floats (eps, scales) as 0-d tensors: each program binds their
-    values as constants, so the RMSNorm still fuses; a changed value builds a new program."""
+    """dynamic=True passes module floats (eps, scales) as 0-d tensors; the backend folds them into
+    the graph as constants guarded by value, so the RMSNorm still fuses, no program is keyed on
+    them, and a changed value retraces (never a stale constant)."""
     m = _RMSNorm(16).eval()
     torch._dynamo.reset()
     be = _Counting()
@@ -371,14 +372,48 @@ def test_float_attributes_are_constants_per_program():
         for n in (3, 5):
             x = torch.randn(n, 16)
             assert_close(c(x), m(x))
+        assert be.graphs == 1, be.graphs
         m.eps, m.scale = 0.25, 2.0  # large enough to change the result
         x = torch.randn(5, 16)
         assert_close(c(x), m(x), msg="after changing the float attributes")
+    assert be.graphs == 2, f"a changed attribute should retrace once, Dynamo compiled {be.graphs} graphs"
     sg = [g for r in reps for g in r.symbolic][0]
-    assert sg.values, "the float attributes should be value inputs"
-    assert len(sg.build_ms) == 3, sg.build_ms
+    assert not sg.values, f"the float attributes should be constants, not value inputs: {sg.values}"
+    assert len(sg.build_ms) == 2, sg.build_ms
     ops = [line for line in reps[0].graphs[0].graph_text.splitlines() if "rms_norm(" in line]
     assert ops, "RMSNorm did not fuse: " + reps[0].graphs[0].graph_text
+
+
+class _ScaledAttention(torch.nn.Module):
+    """Attention with its scale and a norm eps as float attributes (transformers' layers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scaling = 0.3
+        self.eps = 1e-5
+
+    def forward(self, q, k, v, t: float):
+        q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + self.eps)
+        return F.scaled_dot_product_attention(q, k, v, scale=self.scaling) * t
+
+
+def test_float_attributes_do_not_restart_the_trace():
+    """SDPA's scale is specialized while Dynamo traces; with dynamic=True AOTAutograd's tensorify
+    pass would then throw the whole trace away and start again (the backend called twice for one
+    graph). Folded, the frame is traced once; a float *argument* stays symbolic: one graph serves
+    every value of t, and each call's t is used."""
+    m = _ScaledAttention().eval()
+    torch._dynamo.reset()
+    be = _Counting()
+    c = torch.compile(m, backend=be, dynamic=True)
+    with torch.no_grad():
+        for n, t in ((5, 0.5), (7, 1.5), (7, -2.0)):
+            q, k, v = (torch.randn(2, 3, n, 8) for _ in range(3))
+            assert_close(c(q, k, v, t), m(q, k, v, t), msg=f"n={n}, t={t}")
+        assert be.graphs == 1, f"Dynamo called the backend {be.graphs} times for one frame (a restart)"
+        m.scaling = 0.7
+        assert_close(c(q, k, v, 1.0), m(q, k, v, 1.0), msg="after changing the scale attribute")
+    assert be.graphs == 2, be.graphs
 
 
 # ---------------------------------------------------------------- lowered once for every size
