@@ -56,6 +56,7 @@ import torch
 import torch._dynamo
 from torch._dynamo import guards as _dynamo_guards
 from torch._dynamo import utils as _dynamo_utils
+from torch.fx.experimental import _config as _shapes_config
 
 try:  # (whether Dynamo's eval-frame callback is set: CacheCompiled.__call__ picks the replay by it)
     from torch._C._dynamo.eval_frame import get_eval_frame_callback as _eval_frame_callback
@@ -928,8 +929,11 @@ class CacheCompiled:
                 # of the prefill to turn such floats into tensors (a second trace under dynamic=True)
                 # skip_nnmodule_hook_guards off: Dynamo's own entries (which serve calls no saved entry
                 # matches) then also see a hook added after the trace, as the saved entries do
+                # use_duck_shape off: dims equal by chance on the first call get their own symbols (a
+                # prompt of head-dim tokens would otherwise fix generate()'s first decode step's KV
+                # length to the head dim: a third trace)
                 with torch._dynamo.config.patch(specialize_float=True, skip_nnmodule_hook_guards=False), \
-                        _Progress(self.__qualname__, rec):
+                        _shapes_config.patch(use_duck_shape=False), _Progress(self.__qualname__, rec):
                     out = self._compiled_fn()(self.fn, *args, **kwargs)
             finally:
                 _ACTIVE.rec = prev

@@ -288,6 +288,28 @@ def test_forward_returning_a_size_runs_whole_and_is_saved(tmp_path):
     assert f.unsaved is None and f.counts["saved"] == 1 and f.counts["replays"] == 2, (f.unsaved, f.counts)
 
 
+def test_prompt_as_long_as_the_head_dim_traces_two_graphs(tmp_path):
+    # generate() with a dynamic cache needs two traces (the prefill fills the empty cache, decode steps
+    # append); a prompt of head-dim tokens made Dynamo take the KV length for the head dim (duck sizing:
+    # equal sizes, one symbol), fix it to 16 with the head dim and trace the second decode step again
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)  # head dim 16
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(3, 320, (1, 16), generator=torch.Generator().manual_seed(1))
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    with torch.no_grad():
+        want = model.generate(**kw).tolist()
+        model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path))
+        got = model.generate(**kw).tolist()
+    assert got == want
+    assert model.forward.counts["traces"] == 2 and model.forward.unsaved is None, \
+        (model.forward.counts, model.forward.unsaved)
+
+
 def test_local_classes_are_compared_by_what_they_are():
     # transformers >= 5 with `kernels` installed wraps apply_rotary_pos_emb in a module of a class made
     # inside a function (kernels' _create_func_module): each process has its own class object, so a
