@@ -157,6 +157,26 @@ def test_profiler_table_and_chrome_trace(tmp_path):
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
 
 
+def test_profiler_covers_calls_that_change_a_size():
+    # a decode step appends to its KV cache: every run has a new size (a recompile, then a program per
+    # size); the table covers every run, added up per node, not only the programs the first call built
+    pytest.importorskip("transformers")
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2)
+    m = LlamaForCausalLM(cfg).eval()
+    cache = DynamicCache(config=cfg)
+    with torch.no_grad():
+        m(input_ids=torch.randint(0, 320, (1, 8)), cache=cache, use_cache=True)
+    rep = airgraph.debug.profile(m, runs=4, input_ids=torch.randint(0, 320, (1, 1)), cache=cache, use_cache=True)
+    assert cache.get_seq_length() == 8 + 5  # (warm-up and four runs, each one position)
+    linears = [r for r in rep.rows if r.op == "linear"]
+    assert linears and all(r.calls == 4 and r.total_us > 0 for r in rep.rows), \
+        sorted({(r.calls, r.total_us > 0) for r in rep.rows})
+
+
 def test_compile_statistics_in_explain():
     m, x = Net().eval(), torch.randn(2, 8)
     rep = airgraph.explain(m, x)

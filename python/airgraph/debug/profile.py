@@ -55,42 +55,55 @@ class ProfileReport:
 
 
 def profile(model, *inputs, runs: int = 10, config=None, **kwargs) -> ProfileReport:
-    """Compiles `model` with profiling on, runs it `runs` times and reports per-node times."""
+    """Compiles `model` with profiling on, runs it `runs` times and reports per-node times.
+
+    Calls that change a size (a KV cache that grows by one position per call) run a program per
+    size: their rows are added up per node (the programs of one graph share node names), so the
+    table covers every run, not only the programs built by the first call."""
     cfg = dataclasses.replace(config or CompilerConfig(), profile=True)
     graphs = _run_profiled(model, inputs, kwargs, cfg, runs)
-    rows, events = [], []
+    merged: dict[tuple, ProfileRow] = {}
+    events = []
     offset_us = 0.0
     for g in graphs:
+        if not g.profiles:
+            continue
         instrs = g.exe.instructions()
-        totals = [0] * len(instrs)
-        for _, durs in g.profiles:
-            for i, d in enumerate(durs):
-                totals[i] += d
+        program = tuple(name for name, _, _ in instrs)  # (the sizes of one graph: the same nodes)
         for i, (name, op, kernel) in enumerate(instrs):
-            rows.append(ProfileRow(g.gid, name, op, kernel, len(g.profiles), totals[i] / 1000.0))
-        if g.profiles:
-            starts, durs = g.profiles[-1]
+            total = sum(durs[i] for _, durs in g.profiles) / 1000.0
+            row = merged.get((program, i, kernel))
+            if row is None:
+                merged[(program, i, kernel)] = ProfileRow(g.gid, name, op, kernel, len(g.profiles), total)
+            else:
+                row.calls += len(g.profiles)
+                row.total_us += total
+        for starts, durs in list(g.profiles)[-1:]:  # (each program's last run)
             for i, (name, op, kernel) in enumerate(instrs):
                 events.append({"name": name, "cat": op, "ph": "X", "ts": offset_us + starts[i] / 1000.0,
                                "dur": durs[i] / 1000.0, "pid": 0, "tid": g.gid,
                                "args": {"op": op, "kernel": kernel, "graph": g.gid}})
             offset_us += (starts[-1] + durs[-1]) / 1000.0 if starts else 0.0
-    return ProfileReport(rows, events, runs)
+    return ProfileReport(list(merged.values()), events, runs)
 
 
 def _run_profiled(model, inputs, kwargs, cfg, runs):
-    """Compiles, warms up once, then runs `runs` times recording per-node times."""
+    """Compiles, warms up once, then runs `runs` times recording per-node times; the programs that
+    ran (those the runs built too: a size that changes recompiles or builds a program)."""
     try:
         with _backend.collect_reports() as sink:
             torch._dynamo.reset()
-            compiled = torch.compile(model, backend=_backend.get_backend(cfg), dynamic=False)
+            compiled = torch.compile(model, backend=_backend.get_backend(cfg))
             with torch.no_grad():
                 compiled(*inputs, **kwargs)  # compile + warm up
-                graphs = [g for r in sink for g in r.graphs]
-                for g in graphs:
+                for g in [g for r in sink for g in r.graphs]:
                     g.profiles.clear()
                 for _ in range(runs):
                     compiled(*inputs, **kwargs)
+            graphs = [g for r in sink for g in r.graphs]
+            seen = {id(g) for g in graphs}  # (+ the programs a symbolic graph built for later sizes)
+            graphs += [p for r in sink for sg in r.symbolic for p in sg.programs.values()
+                       if id(p) not in seen and hasattr(p, "profiles")]
     finally:
         torch._dynamo.reset()
     return graphs
