@@ -286,6 +286,12 @@ bool int8_dot_cpu() {
   return s.find("avx512_vnni") != std::string::npos || s.find("amx_int8") != std::string::npos;
 }
 
+bool vnni_cpu() {
+  std::ifstream f("/proc/cpuinfo");
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s.find("avx512_vnni") != std::string::npos && s.find("avx512bw") != std::string::npos;
+}
+
 std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
   std::vector<float> q(x.size());
   for (int64_t m = 0; m < M; ++m) {

@@ -151,6 +151,8 @@ struct OpCase {
 // A CPU with AVX-512 VNNI or AMX, where linears with int8/int4 weights take the per-row int8 path
 // (BuildCtx::int8_activations; kernels/linear_widened.cpp, linear_int4.cpp).
 bool int8_dot_cpu();
+// Whether the CPU has AVX-512 VNNI (the int8 decode GEMV: kernels/gemv.h dot4_u8s8).
+bool vnni_cpu();
 // x [M, K] with each row rounded to int8 at the scale amax / 127 (half to even) and scaled back: the
 // per-row path's input (kernels/int8_rows.h).
 std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K);

@@ -190,8 +190,9 @@ std::vector<int8_t> rand_int8(int64_t n, uint32_t seed) {
 // mul and add): canonicalize and fuse_epilogues leave one linear node reading the int8 bytes.
 // Exact path (int8_activations off): the GEMV for up to eight rows and the per-block widening
 // beyond (K tails, row tails, column blocks with a tail at K 4096), against a reference over the
-// widened weights. Per-row path (on, more than eight rows, a CPU with VNNI or AMX): against the
-// same reference over x's rows rounded to int8 (scale amax / 127, half to even).
+// widened weights. Per-row path (on; more than eight rows on a CPU with VNNI or AMX, the GEMV on a
+// CPU with AVX-512 VNNI): against the same reference over x's rows rounded to int8 (scale amax / 127,
+// half to even).
 struct Int8Case {
   int64_t M, K, N;
   DType t;
@@ -226,7 +227,7 @@ void LinearInt8::check(bool int8_activations) {
     return std::vector<Value*>{y};
   };
   constexpr int64_t kGemvMaxRows = 8;  // (kernels/gemv.h: linears of up to 8 rows run the GEMV)
-  const bool quantized = int8_activations && M > kGemvMaxRows && test::int8_dot_cpu();
+  const bool quantized = int8_activations && (M > kGemvMaxRows ? test::int8_dot_cpu() : test::vnni_cpu());
   auto ref = linear_ref(quantized ? test::per_row_int8(x, M, K) : x, wf, nullptr, M, K, N);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) ref[m * N + n] = ref[m * N + n] * scale[n] + (with_bias ? b[n] : 0.f);
@@ -238,6 +239,7 @@ void LinearInt8::check(bool int8_activations) {
   ASSERT_EQ(r.got.kernels.size(), 1u);
   const char* kernel = M <= kGemvMaxRows ? "gemv_int8_weights" : quantized ? "s8s8_int8_weights" : "f32_int8_weights";
   EXPECT_NE(r.got.kernels[0].find(kernel), std::string::npos) << r.got.kernels[0];
+  EXPECT_EQ(r.got.kernels[0].find("VNNI") != std::string::npos, quantized && M <= kGemvMaxRows) << r.got.kernels[0];
 }
 INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearInt8,
                          ::testing::Values(Int8Case{1, 37, 19, DType::f32, true}, Int8Case{2, 256, 130, DType::f32, false},
@@ -245,7 +247,8 @@ INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearInt8,
                                            Int8Case{5, 37, 19, DType::f32, true}, Int8Case{8, 64, 33, DType::bf16, false},
                                            Int8Case{33, 4096, 300, DType::f32, true},
                                            Int8Case{17, 4096, 140, DType::bf16, true}, Int8Case{9, 37, 19, DType::f32, false},
-                                           Int8Case{64, 100, 65, DType::bf16, true}));
+                                           Int8Case{64, 100, 65, DType::bf16, true}, Int8Case{1, 896, 67, DType::f32, true},
+                                           Int8Case{1, 4864, 36, DType::bf16, false}, Int8Case{3, 129, 18, DType::f32, true}));
 
 TEST(MatmulOps, LinearInt8WeightsMustBeConstant) {
   auto x = randn(2 * 8, 25);

@@ -57,6 +57,23 @@ def _int8_dot_cpu() -> bool:
     return any(f in flags for f in ("avx512_vnni", "amx_int8"))
 
 
+def _vnni_cpu() -> bool:
+    """Does this CPU have AVX-512 VNNI, where the decode GEMV (up to eight rows) runs int8 products?"""
+    flags = open("/proc/cpuinfo").read()
+    return "avx512_vnni" in flags and "avx512bw" in flags
+
+
+def _quantized_rows(rows: int) -> bool:
+    """Whether the default int8_activations="per_row" quantizes linears of this many rows here."""
+    return _vnni_cpu() if rows <= 8 else _int8_dot_cpu()
+
+
+def _default_reference(m, x):
+    """What the default config computes for the MLP `m`: the per-row reference where this CPU runs
+    int8 products for x's rows, torchao's eager result elsewhere."""
+    return _per_row_reference(m, x) if _quantized_rows(x.shape[0]) else m(x)
+
+
 def _per_row_reference(m, x):
     """What int8_activations="per_row" computes, in PyTorch: each row of the linear's input rounded
     to int8 with the scale amax / 127 (half to even), integer products summed exactly, then the
@@ -72,13 +89,13 @@ def _per_row_reference(m, x):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows", [9, 33, 200])
+@pytest.mark.parametrize("rows", [1, 5, 9, 33, 200])
 def test_int8_activations_per_row(dtype, rows, engine_graphs):
-    """The default int8_activations="per_row": linears with int8 weights and more than eight rows
-    quantize each input row to int8 at run time and multiply int8 by int8 (oneDNN, VNNI/AMX), reading
-    the weights in place. The result is the per-row quantized product computed in PyTorch (to f32
-    rounding), and within the rounding of 8-bit activations of torchao's eager answer. K = 100: no
-    multiple of the kernels' vector width."""
+    """The default int8_activations="per_row": linears with int8 weights quantize each input row to
+    int8 at run time and multiply int8 by int8, reading the weights in place: more than eight rows
+    with oneDNN (VNNI/AMX), up to eight (decode) with the GEMV's AVX-512 VNNI loop. The result is the
+    per-row quantized product computed in PyTorch (to f32 rounding), and within the rounding of 8-bit
+    activations of torchao's eager answer. K = 100: no multiple of the kernels' vector width."""
     m = _mlp(100, 300, 37, dtype)
     torch.manual_seed(rows)
     x = torch.randn(rows, 100, dtype=dtype)
@@ -88,12 +105,15 @@ def test_int8_activations_per_row(dtype, rows, engine_graphs):
     with torch.no_grad():
         eager = m(x).float()
         emulated = _per_row_reference(m, x)
-    if not _int8_dot_cpu():
-        print("this CPU has no AVX-512 VNNI or AMX: the exact path runs", linears)
-        assert all("f32_int8_weights" in k for k in linears), ins
+    if not _quantized_rows(rows):
+        print(f"this CPU has no {'AVX-512 VNNI' if rows <= 8 else 'AVX-512 VNNI or AMX'}: the exact path runs",
+              linears)
+        assert all(("gemv_int8" if rows <= 8 else "f32_int8_weights") in k and "quantized" not in k
+                   for k in linears), ins
         torch.testing.assert_close(got.float(), eager, rtol=2e-2, atol=2e-2)
         return
-    assert all("s8s8_int8_weights" in k and "quantized per row" in k for k in linears), ins
+    kind = "VNNI u8s8" if rows <= 8 else "s8s8_int8_weights"
+    assert all(kind in k and "quantized per row" in k for k in linears), ins
     tol = 1e-4 if dtype == torch.float32 else 2e-2  # (bf16: the first layer's output is rounded to bf16)
     torch.testing.assert_close(got.float(), emulated, rtol=tol, atol=tol)
     # against torchao: 8-bit rounding of each input, |error| <= amax / 254 * sum |w| per output
@@ -161,15 +181,15 @@ def test_int8_weight_changed_in_place_is_seen():
     c = torch.compile(m, backend="airgraph")
     x = torch.randn(2, 64)
     with torch.no_grad():
-        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(c(x), _default_reference(m, x), rtol=1e-4, atol=1e-4)
         m[0].weight.qdata.mul_(-1)
-        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(c(x), _default_reference(m, x), rtol=1e-4, atol=1e-4)
         m[2].weight.scale.mul_(3)
-        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(c(x), _default_reference(m, x), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cache", [True, False])
-def test_int8_weight_only_mlp_matches_torchao_eager(tmp_path, cache):
+def test_int8_weight_only_mlp_matches_its_reference(tmp_path, cache):
     m = _mlp()
     assert type(m[0].weight) is not torch.nn.Parameter  # (torchao's subclass: the case that crashed)
     cfg = airgraph.CompilerConfig(cache_dir=str(tmp_path) if cache else "")
@@ -177,7 +197,7 @@ def test_int8_weight_only_mlp_matches_torchao_eager(tmp_path, cache):
     with torch.no_grad():
         for batch in (3, 3, 5):
             x = torch.randn(batch, 64)
-            torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(c(x), _default_reference(m, x), rtol=1e-4, atol=1e-4)
 
 
 def test_int8_weight_only_through_cache_compile(tmp_path):
@@ -186,7 +206,7 @@ def test_int8_weight_only_through_cache_compile(tmp_path):
     with torch.no_grad():
         for batch in (2, 4):
             x = torch.randn(batch, 64)
-            torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(f(x), _default_reference(m, x), rtol=1e-4, atol=1e-4)
 
 
 def _decoder(weights):
@@ -204,7 +224,7 @@ def _decoder(weights):
 def test_int8_decoder_generates_eager_tokens(cache, int8_activations):
     """generate() of the int8 decoder with its forward compiled (dynamic=True, fallback off): 32
     greedy tokens equal torchao's eager ones, batch 2; exactly so with int8_activations="off", and on
-    this model also with the prefill's activations quantized per row (integer sums are exact on any
+    this model also with the activations quantized per row, prefill and decode (integer sums are exact on any
     VNNI/AMX CPU, so this does not depend on the machine)."""
     m = _decoder("int8")
     ids = torch.randint(3, 256, (2, 12), generator=torch.Generator().manual_seed(0))
