@@ -7,7 +7,9 @@
 //  - bfloat16 x and w on a CPU where oneDNN has no native bf16 matmul (AVX2): the f32 emulation would
 //    otherwise keep a widened f32 copy of every weight, twice the model's bytes.
 // The weight bytes are read where they are stored (the parameter's own memory):
-//  - few rows (decode): a GEMV that widens each weight in registers (kernels/gemv.h);
+//  - few rows (decode): a GEMV that widens each weight in registers (kernels/gemv.h), or for int8
+//    weights with int8_activations on an AVX-512 VNNI CPU, sums int8 products of x quantized per row
+//    (gemv::dot4_u8s8; init_vnni below);
 //  - more rows: the weights are widened one block of columns at a time into the call's scratch
 //    and multiplied there by oneDNN's f32 matmul, so the f32 bytes of a block live only while
 //    it is used (the cost of widening is spread over the rows).

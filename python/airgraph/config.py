@@ -79,8 +79,9 @@ class CompilerConfig:
     # int8 products (AVX-512 VNNI or AMX; where the CPU has neither, "off"'s path runs): 2-9x faster than
     # widening the weights (int4 at 16 rows: 1.2x), with the input's rounding to 8 bits as error
     # (docs/weights.md#int8-activations). "off" widens the weights to f32 and gives torchao's eager result
-    # to f32 rounding. Decode steps of up to 8 rows always read the weights exactly (a GEMV, bound by the
-    # weights' bytes). AIRGRAPH_INT8_ACTIVATIONS.
+    # to f32 rounding. Decode steps of up to 8 rows with int8 weights quantize x the same way and run the
+    # GEMV on int8 products (AVX-512 VNNI: 1.3x its exact GEMV); int4 decode GEMVs stay exact.
+    # AIRGRAPH_INT8_ACTIVATIONS.
     int8_activations: str = field(default_factory=lambda: _env("AIRGRAPH_INT8_ACTIVATIONS", "per_row"))
     # Threads for the engine; None follows torch.get_num_threads() at each call.
     num_threads: int | None = None
