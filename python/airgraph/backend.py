@@ -168,7 +168,7 @@ def _constants(aot_gm: torch.fx.GraphModule, real: list, params: dict[int, str])
     return consts
 
 
-def _fold_attribute_floats(gm: torch.fx.GraphModule, sources) -> set[int]:
+def _fold_attribute_floats(gm: torch.fx.GraphModule, sources) -> tuple[set[int], list[str]]:
     """Python floats read from an attribute (a norm's eps, attention's scale) become constants of
     the graph, guarded by value, as Dynamo makes them when it specializes a float.
 
@@ -179,14 +179,16 @@ def _fold_attribute_floats(gm: torch.fx.GraphModule, sources) -> set[int]:
     (guard_scalar: the frame is retraced when an attribute changes) and the symbol marked as
     specialized so that tensorify does not restart, costs nothing; the 0-d input stays, unused.
     Floats passed as arguments stay symbolic (one graph for every value). Returns the positions
-    of the inputs folded."""
+    of the inputs folded and the symbols marked, to unmark once the graph is compiled (Dynamo keeps
+    its marks until torch._dynamo.reset(), where another frame's float of the same name would find
+    them)."""
     try:
         from torch._dynamo.source import AttrSource
         from torch._dynamo.symbolic_convert import TensorifyState
         from torch.fx.experimental.symbolic_shapes import guard_scalar
     except ImportError:  # pragma: no cover - torch internals moved: tensorify restarts as before
-        return set()
-    folded = set()
+        return set(), []
+    folded, marked = set(), []
     for i, (n, ga, _) in enumerate(sources):
         if not getattr(ga, "pass_arg_as_tensor", False) or not isinstance(getattr(ga, "source", None), AttrSource):
             continue
@@ -199,11 +201,21 @@ def _fold_attribute_floats(gm: torch.fx.GraphModule, sources) -> set[int]:
         for u in users:
             u.replace_all_uses_with(value)
             gm.graph.erase_node(u)
-        TensorifyState.specialize(sym)
+        if not TensorifyState.should_specialize(sym):
+            TensorifyState.specialize(sym)
+            marked.append(sym)
         folded.add(i)
     if folded:
         gm.recompile()
-    return folded
+    return folded, marked
+
+
+def _unmark_floats(marked: list[str]) -> None:
+    if marked:
+        from torch._dynamo.symbolic_convert import TensorifyState
+
+        for sym in marked:
+            TensorifyState.force_specializations.discard(sym)
 
 
 def _shape_spec(sources, example_inputs, folded: set[int] = frozenset()) -> ShapeSpec:
@@ -440,11 +452,14 @@ def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerC
     if config is None:
         config = CompilerConfig.from_options(kwargs.get("options"))
     sources = _input_sources(gm)
-    folded = _fold_attribute_floats(gm, sources)
+    folded, marked = _fold_attribute_floats(gm, sources)
     params = _param_positions(sources, example_inputs)
     # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
     # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
-    return _compile(gm, example_inputs, config, params, _shape_spec(sources, example_inputs, folded))
+    try:
+        return _compile(gm, example_inputs, config, params, _shape_spec(sources, example_inputs, folded))
+    finally:  # (AOTAutograd's tensorify pass, which reads the marks, has run by now)
+        _unmark_floats(marked)
 
 
 def get_backend(config: CompilerConfig | None = None):

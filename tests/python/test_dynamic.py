@@ -414,6 +414,11 @@ def test_float_attributes_do_not_restart_the_trace():
         m.scaling = 0.7
         assert_close(c(q, k, v, 1.0), m(q, k, v, 1.0), msg="after changing the scale attribute")
     assert be.graphs == 2, be.graphs
+    from torch._dynamo.symbolic_convert import TensorifyState
+
+    # (the marks that keep tensorify from restarting are dropped once compiled: another frame's float
+    # with the same symbol name stays symbolic)
+    assert TensorifyState.empty(), TensorifyState.force_specializations
 
 
 # ---------------------------------------------------------------- lowered once for every size
