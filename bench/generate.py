@@ -456,17 +456,18 @@ def main():
         print(f"one decode call of airgraph (dynamic=True), model {a.model}, prompt {a.prompt}, {a.new} new tokens; "
               f"{cpu}, {THREADS} threads, torch {torch.__version__}; medians in us")
         print()
-        print("| cache | batch | forward call | Dynamo (guards, frame, outputs) | AOTAutograd wrapper | "
+        print("| weights | cache | batch | forward call | Dynamo (guards, frame, outputs) | AOTAutograd wrapper | "
               "airgraph boundary | engine run |")
-        print("|---|---|---|---|---|---|---|")
-        for cache in a.caches.split(","):
-            for batch in [int(b) for b in a.batches.split(",")]:
-                r = _run_worker(a, "airgraph", cache, batch, ["--overhead"])
-                if "error" in r:
-                    print(f"| {cache} | {batch} | {r['error']} | | | | |")
-                else:
-                    print(f"| {cache} | {batch} | {r['call_us']:.1f} | {r['dynamo_us']:.1f} | {r['aot_us']:.1f} | "
-                          f"{r['ours_us']:.1f} | {r['engine_us']:.1f} |", flush=True)
+        print("|---|---|---|---|---|---|---|---|")
+        for weights in a.weights.split(","):
+            for cache in a.caches.split(","):
+                for batch in [int(b) for b in a.batches.split(",")]:
+                    r = _run_worker(a, "airgraph", cache, batch, ["--overhead", "--weight", weights])
+                    if "error" in r:
+                        print(f"| {weights} | {cache} | {batch} | {r['error']} | | | | |")
+                    else:
+                        print(f"| {weights} | {cache} | {batch} | {r['call_us']:.1f} | {r['dynamo_us']:.1f} | "
+                              f"{r['aot_us']:.1f} | {r['ours_us']:.1f} | {r['engine_us']:.1f} |", flush=True)
         return
     gbs = bandwidth_gbs()
     print(f"generation: model {a.model}, prompt {a.prompt}, {a.new} new tokens, greedy; {cpu}, {THREADS} threads, "
