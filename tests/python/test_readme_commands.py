@@ -383,9 +383,9 @@ def test_generation_overhead_breakdown_small():
     # bench/generate.py --overhead (README "Generating text"): one decode call's fixed cost by layer
     out = _ok(_python(["bench/generate.py", "--overhead", "--caches", "static", "--batches", "1", "--new", "6"],
                       timeout=600))
-    row = next((l for l in out.splitlines() if l.startswith("| static | 1 |")), None)
+    row = next((l for l in out.splitlines() if l.startswith("| fp32 | static | 1 |")), None)
     assert row is not None, out
-    call, dynamo, aot, ours, engine = (float(x) for x in row.strip("|").split("|")[2:7])
+    call, dynamo, aot, ours, engine = (float(x) for x in row.strip("|").split("|")[3:8])
     assert call > 0 and engine > 0 and ours > 0, row
     assert abs(call - (dynamo + aot + ours + engine)) < 1.0, row  # the layers add up to the whole call
 
