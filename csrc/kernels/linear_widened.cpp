@@ -99,6 +99,7 @@ class WidenedLinearKernel final : public Kernel {
   void run(void* const* in, void* const* out, const RunCtx& ctx) const override {
     if (M_ * N_ == 0) return;
     if (int8_) return run_int8(in, out, ctx);
+    if (vnni_ && run_vnni(in, out, ctx)) return;  // (false: a row holds inf or nan, summed exactly below)
     const float* x = static_cast<const float*>(in[0]);
     if (t_ != DType::f32) {
       float* xf = ScratchLayout::at<float>(ctx, x_f32_);
@@ -107,7 +108,6 @@ class WidenedLinearKernel final : public Kernel {
     }
     const float* bias = bias_f32(in, ctx);
     float* o = out_f32(out, ctx);
-    if (vnni_ && run_vnni(in, out, ctx)) return;  // (false: a row holds inf or nan, summed exactly here)
     if (gemv_) {
       // (x is float32 or bfloat16: infer_linear; the GEMV rounds a bf16 result itself)
       gemv::run(x, w_, M_, N_, K_, bias, o, t_ == DType::bf16 ? static_cast<uint16_t*>(out[0]) : nullptr, epi_, in);
@@ -224,44 +224,42 @@ class WidenedLinearKernel final : public Kernel {
 
   bool run_vnni(void* const* in, void* const* out, const RunCtx& ctx) const {
     if constexpr (!std::is_same_v<W, int8_t>) {
-      return false;
+      return false;  // (init_vnni is only called for int8 weights)
     } else {
-      return run_vnni_int8(in, out, ctx);
-    }
-  }
-  bool run_vnni_int8(void* const* in, void* const* out, const RunCtx& ctx) const {
-    uint8_t* q = ScratchLayout::at<uint8_t>(ctx, q_);
-    float* rs = ScratchLayout::at<float>(ctx, row_scale_);
-    for (int64_t m = 0; m < M_; ++m) {
-      int8_t* qm = reinterpret_cast<int8_t*>(q + m * K_);
-      rs[m] = t_ == DType::f32 ? int8_rows::quantize(static_cast<const float*>(in[0]) + m * K_, K_, qm)
-                               : int8_rows::quantize(static_cast<const uint16_t*>(in[0]) + m * K_, K_, qm);
-      if (std::isnan(rs[m])) return false;
-      for (int64_t k = 0; k < K_; ++k) q[m * K_ + k] ^= 0x80;  // int8 -> u8 (+ 128)
-    }
-    const float* bias = bias_f32(in, ctx);
-    float* o = out_f32(out, ctx);
-    uint16_t* ob = t_ == DType::bf16 ? static_cast<uint16_t*>(out[0]) : nullptr;
-    parallel_for(N_, std::max<int64_t>(4, 65536 / std::max<int64_t>(K_, 1)), [&](int64_t nb, int64_t ne) {
-      int32_t s[4];
+      uint8_t* q = ScratchLayout::at<uint8_t>(ctx, q_);
+      float* rs = ScratchLayout::at<float>(ctx, row_scale_);
       for (int64_t m = 0; m < M_; ++m) {
-        const uint8_t* xm = q + m * K_;
-        float* om = o + m * N_;
-        int64_t n = nb;
-        for (; n + 4 <= ne; n += 4) {
-          gemv::dot4_u8s8(xm, w_ + n * K_, K_, s);
-          for (int i = 0; i < 4; ++i) om[n + i] = rs[m] * static_cast<float>(s[i] - 128 * row_sum_[n + i]);
-        }
-        for (; n < ne; ++n) om[n] = rs[m] * static_cast<float>(gemv::dot1_u8s8(xm, w_ + n * K_, K_) - 128 * row_sum_[n]);
-        float* seg = om + nb;
-        if (bias)
-          for (int64_t j = 0; j < ne - nb; ++j) seg[j] += bias[nb + j];
-        if (!epi_.empty()) epi_.apply(seg, m, nb, ne - nb, in, 0);
-        if (ob)
-          for (int64_t j = 0; j < ne - nb; ++j) ob[m * N_ + nb + j] = f32_to_bf16(seg[j]);
+        int8_t* qm = reinterpret_cast<int8_t*>(q + m * K_);
+        rs[m] = t_ == DType::f32 ? int8_rows::quantize(static_cast<const float*>(in[0]) + m * K_, K_, qm)
+                                 : int8_rows::quantize(static_cast<const uint16_t*>(in[0]) + m * K_, K_, qm);
+        if (std::isnan(rs[m])) return false;
+        for (int64_t k = 0; k < K_; ++k) q[m * K_ + k] ^= 0x80;  // int8 -> u8 (+ 128)
       }
-    });
-    return true;
+      const float* bias = bias_f32(in, ctx);
+      float* o = out_f32(out, ctx);
+      uint16_t* ob = t_ == DType::bf16 ? static_cast<uint16_t*>(out[0]) : nullptr;
+      parallel_for(N_, std::max<int64_t>(4, 65536 / std::max<int64_t>(K_, 1)), [&](int64_t nb, int64_t ne) {
+        int32_t s[4];
+        for (int64_t m = 0; m < M_; ++m) {
+          const uint8_t* xm = q + m * K_;
+          float* om = o + m * N_;
+          int64_t n = nb;
+          for (; n + 4 <= ne; n += 4) {
+            gemv::dot4_u8s8(xm, w_ + n * K_, K_, s);
+            for (int i = 0; i < 4; ++i) om[n + i] = rs[m] * static_cast<float>(s[i] - 128 * row_sum_[n + i]);
+          }
+          for (; n < ne; ++n)
+            om[n] = rs[m] * static_cast<float>(gemv::dot1_u8s8(xm, w_ + n * K_, K_) - 128 * row_sum_[n]);
+          float* seg = om + nb;
+          if (bias)
+            for (int64_t j = 0; j < ne - nb; ++j) seg[j] += bias[nb + j];
+          if (!epi_.empty()) epi_.apply(seg, m, nb, ne - nb, in, 0);
+          if (ob)
+            for (int64_t j = 0; j < ne - nb; ++j) ob[m * N_ + nb + j] = f32_to_bf16(seg[j]);
+        }
+      });
+      return true;
+    }
   }
 
   static const char* wname() { return std::is_same_v<W, int8_t> ? "int8" : "bfloat16"; }
