@@ -20,7 +20,11 @@
 // Few rows (decode): per group, dot_g = sum_k x_k q_k in f32 registers from the nibbles, then
 // out += scale_g * (dot_g - 8 * sum_g(x)) + zero_g * sum_g(x) (the AVX-512 code sums x_k (q_k - 8)
 // from a table and adds scale_g * dot_g + zero_g * sum_g(x)); AVX-512 or AVX2 code picked when
-// the kernel is built (`isa` "avx2"/"scalar" forces a lesser one: tests). Many rows (prefill): a
+// the kernel is built (`isa` "avx2"/"scalar" forces a lesser one: tests). With
+// BuildCtx::int8_activations on CPUs with AVX-512 VNNI and VBMI, the "avx512" layout's full blocks
+// run on int8 products instead (block_vnni: x quantized per row, the nibbles exact; a partial last
+// block reads x as quantized in f32). A row of x holding inf or nan makes the call exact, its own
+// outputs summed term by term from the dequantized weights (block_exact_row). Many rows (prefill): a
 // panel of columns is dequantized into per-call scratch and multiplied by oneDNN's f32 matmul,
 // each thread its own panels (one parallel region a call: on a busy two-core machine every
 // fork/join can wait a time slice for a descheduled thread).
@@ -100,6 +104,7 @@ struct Call {
   const int8_t* xq = nullptr;  // the int8 panel path: x quantized per row [M, K], and the rows'
   const float* xscale = nullptr;  // scales [M] (int8_rows.h)
   bool xbad = false;              // a row of x holds inf or nan (its scale is NaN)
+  const int32_t* xqs = nullptr;   // the VNNI GEMV's: sums of xq over each group [M, KB]
 };
 
 // Column of the low (hi = 0) or high nibble of byte j in a block of nb columns.
@@ -141,6 +146,27 @@ void block_scalar(const Call& c, Layout l, int64_t b, int64_t r0, int64_t R) {
         orow[n] += sz_at(c, kb, n0 + n, 0) * (dot[n] - 8.f * s8) + sz_at(c, kb, n0 + n, 1) * s8;
     }
   }
+}
+
+// Row r of block b from the dequantized weights, x_k * ((q - 8) * scale + zero) term by term as
+// torch's kernel sums it (overwriting the row's columns): for a row of x holding inf or nan, where
+// the grouped sums above would make nan of inf * 0 (x_k * (q - 8) at q = 8) or of inf - inf.
+void block_exact_row(const Call& c, Layout l, int64_t b, int64_t r) {
+  const int64_t B = block_n(l), n0 = b * B, nb = std::min(B, c.N - n0);
+  const bool split = nb == B && l != Layout::Pairs;
+  const uint8_t* wb = c.w + n0 * c.K / 2;
+  const float* xr = c.x + r * c.K;
+  float acc[64] = {};
+  for (int64_t k = 0; k < c.K; ++k) {
+    const uint8_t* row = wb + k * nb / 2;
+    for (int64_t j = 0; j < nb / 2; ++j)
+      for (int hi = 0; hi < 2; ++hi) {
+        const int64_t n = col_of(split, nb, j, hi);
+        const float q = static_cast<float>(hi ? row[j] >> 4 : row[j] & 15);
+        acc[n] += xr[k] * ((q - 8.f) * sz_at(c, k / c.g, n0 + n, 0) + sz_at(c, k / c.g, n0 + n, 1));
+      }
+  }
+  std::copy(acc, acc + nb, c.o + r * c.N + n0);
 }
 
 // ---- AVX2 (the build's baseline: x86-64-v3) ------------------------------------------------
@@ -327,10 +353,81 @@ void rows_avx512(const Call& c, int64_t b, int64_t r0, int64_t r1) {
   }
 }
 
+// ---- AVX-512 VNNI (int8 products; with int8_activations on CPUs with VNNI and VBMI) -----------
+
+#define AG_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
+
+// A full block of the "avx512" layout (B = 64), rows [r0, r0 + R), x quantized per row (c.xq,
+// c.xscale; c.xqs: each group's sum of the int8 values). Four k rows (128 bytes) at a time: two
+// byte permutes (vpermt2b) regroup them so that each 32-bit lane holds one column's bytes of rows
+// k .. k + 3, the nibbles are masked out (q in [0, 15] as the unsigned operand), and vpdpbusd sums
+// them against four int8 values of x, exactly in int32; per group, dot = xscale * (sum - 8 * xqs),
+// folded as in block_split_avx512 (with c.xs the sums of the quantized x, so that every term is
+// the product with x as quantized).
+template <int R>
+AG_VNNI void block_vnni(const Call& c, int64_t b, int64_t r0) {
+  const int64_t n0 = b * 64;
+  const uint8_t* wb = c.w + n0 * c.K / 2;
+  // lane i of the first permute: bytes i of rows k, k + 1, k + 2, k + 3 (columns i and 32 + i);
+  // of the second: bytes 16 + i (columns 16 + i and 48 + i)
+  alignas(64) int8_t ix[2][64];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 4; ++j) ix[h][4 * i + j] = static_cast<int8_t>(16 * h + i + 32 * j);
+  const __m512i idx0 = _mm512_load_si512(ix[0]), idx1 = _mm512_load_si512(ix[1]);
+  const __m512i m15 = _mm512_set1_epi8(15);
+  for (int64_t kb = 0; kb < c.KB; ++kb) {
+    __m512i acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_si512();
+    const uint8_t* p = wb + kb * c.g * 32;
+    const int8_t* xk = c.xq + r0 * c.K + kb * c.g;
+    for (int64_t k = 0; k < c.g; k += 4) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + k * 32 + 2048), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + k * 32 + 2112), _MM_HINT_T0);
+      const __m512i a = _mm512_loadu_si512(p + k * 32), bb = _mm512_loadu_si512(p + k * 32 + 64);
+      const __m512i t0 = _mm512_permutex2var_epi8(a, idx0, bb), t1 = _mm512_permutex2var_epi8(a, idx1, bb);
+      const __m512i w[4] = {_mm512_and_si512(t0, m15), _mm512_and_si512(t1, m15),
+                            _mm512_and_si512(_mm512_srli_epi16(t0, 4), m15),
+                            _mm512_and_si512(_mm512_srli_epi16(t1, 4), m15)};
+      for (int r = 0; r < R; ++r) {
+        int32_t x4;
+        std::memcpy(&x4, xk + r * c.K + k, 4);
+        const __m512i xb = _mm512_set1_epi32(x4);
+        for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_dpbusd_epi32(acc[r][i], w[i], xb);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float* orow = c.o + (r0 + r) * c.N;
+      const int64_t ri = (r0 + r) * c.KB + kb;
+      const __m512i corr = _mm512_set1_epi32(8 * c.xqs[ri]);
+      const __m512 sc = _mm512_set1_ps(c.xscale[r0 + r]);
+      for (int i = 0; i < 4; ++i)  // (accumulators: columns 0-15, 16-31, 32-47, 48-63)
+        fold16(c, kb, n0 + 16 * i, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][i], corr))),
+               c.xs[ri], orow);
+    }
+  }
+}
+
+void rows_vnni(const Call& c, int64_t b, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) block_vnni<4>(c, b, r);
+  switch (r1 - r) {
+    case 3: block_vnni<3>(c, b, r); break;
+    case 2: block_vnni<2>(c, b, r); break;
+    case 1: block_vnni<1>(c, b, r); break;
+    default: break;
+  }
+}
+
 // Rows [r0, r1) of block b, on the best code for the block's format.
 void run_block(const Call& c, Layout l, Isa isa, int64_t b, int64_t r0, int64_t r1) {
   const int64_t B = block_n(l);
   const bool split = l != Layout::Pairs && (b + 1) * B <= c.N;
+  if (c.xqs && split && B == 64) {  // (Call::xqs: the VNNI GEMV's, the "avx512" layout only)
+    rows_vnni(c, b, r0, r1);
+    return;
+  }
   if (!split || isa == Isa::Scalar) {
     block_scalar(c, l, b, r0, r1 - r0);
     return;
@@ -428,6 +525,11 @@ void column_bounds(const Call& c, int64_t n0, int64_t cols, float* bound) {
     }
 }
 
+bool cpu_has_vnni_vbmi() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+}
+
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -469,8 +571,17 @@ class LinearInt4Kernel final : public Kernel {
               " columns a panel" + (int8_ ? ", activations quantized per row)" : ")");
     } else {
       xs_ = scratch_.add(M_ * KB * 4);
-      name_ = std::string("int4_gemv_") + isa_name(isa_) + "_" + dtype_name(t_) + " (layout " +
-              n.attrs.s("layout") + ")";
+      // int8 products where the CPU has them (the "avx512" layout's full blocks; `isa` forces the
+      // f32 code: tests)
+      vnni_ = ctx.int8_activations && isa == "auto" && has512 && cpu_has_vnni_vbmi() && layout_ == Layout::Avx512;
+      if (vnni_) {
+        q_ = scratch_.add(M_ * K_);
+        rs_ = scratch_.add(M_ * 4);
+        xqs_ = scratch_.add(M_ * KB * 4);
+        xd_ = scratch_.add(M_ * K_ * 4);
+      }
+      name_ = std::string("int4_gemv_") + (vnni_ ? "vnni" : isa_name(isa_)) + "_" + dtype_name(t_) + " (layout " +
+              n.attrs.s("layout") + (vnni_ ? ", activations quantized per row)" : ")");
     }
   }
 
@@ -509,6 +620,7 @@ class LinearInt4Kernel final : public Kernel {
       c.xq = q, c.xscale = rs;
       c.xbad = std::any_of(rs, rs + M_, [](float v) { return std::isnan(v); });
     }
+    if (vnni_) quantize_x(c, ctx);
     if (panels_) run_panels(c, ctx);
     else run_direct(c, ctx);
     finish(o, out[0]);
@@ -523,6 +635,28 @@ class LinearInt4Kernel final : public Kernel {
     if (t_ != DType::f32) from_f32(t_, o, out, M_ * N_);
   }
 
+  // The VNNI GEMV's x: each row quantized (int8_rows.h), the groups' integer sums, and the rows as
+  // quantized in f32 (what the partial last block and the folds read, so that every column is the
+  // product with x as quantized). A row holding inf or nan leaves c as it is: the f32 code, exact.
+  void quantize_x(Call& c, const RunCtx& ctx) const {
+    int8_t* q = ScratchLayout::at<int8_t>(ctx, q_);
+    float* rs = ScratchLayout::at<float>(ctx, rs_);
+    for (int64_t r = 0; r < M_; ++r)
+      if (std::isnan(rs[r] = int8_rows::quantize(c.x + r * K_, K_, q + r * K_))) return;
+    int32_t* xqs = ScratchLayout::at<int32_t>(ctx, xqs_);
+    float* xd = ScratchLayout::at<float>(ctx, xd_);
+    for (int64_t r = 0; r < M_; ++r)
+      for (int64_t kb = 0; kb < c.KB; ++kb) {
+        int32_t t = 0;
+        for (int64_t k = kb * g_; k < (kb + 1) * g_; ++k) {
+          t += q[r * K_ + k];
+          xd[r * K_ + k] = static_cast<float>(q[r * K_ + k]) * rs[r];
+        }
+        xqs[r * c.KB + kb] = t;
+      }
+    c.x = xd, c.xq = q, c.xscale = rs, c.xqs = xqs;
+  }
+
   void run_direct(Call& c, const RunCtx& ctx) const {
     float* xs = ScratchLayout::at<float>(ctx, xs_);
     for (int64_t r = 0; r < M_; ++r)
@@ -533,12 +667,19 @@ class LinearInt4Kernel final : public Kernel {
         xs[r * c.KB + kb] = s;
       }
     c.xs = xs;
+    // rows holding inf or nan (a group's sum is not finite): summed term by term, block_exact_row
+    int64_t bad[kDirectRows], nbad = 0;
+    for (int64_t r = 0; r < M_; ++r)
+      if (!std::all_of(xs + r * c.KB, xs + (r + 1) * c.KB, [](float v) { return std::isfinite(v); })) bad[nbad++] = r;
     // blocks of columns over the threads; a block's output columns are zeroed by its thread
     parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
       const int64_t B = block_n(layout_);
       const int64_t n0 = b0 * B, n1 = std::min(N_, b1 * B);
       for (int64_t r = 0; r < M_; ++r) std::memset(c.o + r * N_ + n0, 0, (n1 - n0) * 4);
-      for (int64_t b = b0; b < b1; ++b) run_block(c, layout_, isa_, b, 0, M_);
+      for (int64_t b = b0; b < b1; ++b) {
+        run_block(c, layout_, isa_, b, 0, M_);
+        for (int64_t i = 0; i < nbad; ++i) block_exact_row(c, layout_, b, bad[i]);
+      }
     });
   }
 
@@ -671,7 +812,8 @@ class LinearInt4Kernel final : public Kernel {
   ScratchLayout scratch_;
   static constexpr size_t kNone = ScratchLayout::kNone;
   size_t q_ = kNone, rs_ = kNone;  // the int8 path's x, quantized, and its rows' scales
-  bool int8_ = false;
+  size_t xqs_ = kNone, xd_ = kNone;  // the VNNI GEMV's group sums of q_ and x as quantized
+  bool int8_ = false, vnni_ = false;
   size_t xf_ = kNone, of_ = kNone, xs_ = kNone, panel_ = kNone, pad_ = kNone, panel_bytes_ = 0, pad_bytes_ = 0;
   int slots_ = 1;  // threads the panel path may use (its scratch holds a panel for each)
   bool panels_ = false;

@@ -292,6 +292,13 @@ bool vnni_cpu() {
   return s.find("avx512_vnni") != std::string::npos && s.find("avx512bw") != std::string::npos;
 }
 
+bool vnni_vbmi_cpu() {
+  std::ifstream f("/proc/cpuinfo");
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // (Linux spells it avx512vbmi; a flag ends with a space or the line's end: "avx512vbmi2" is another)
+  return vnni_cpu() && (s.find(" avx512vbmi ") != std::string::npos || s.find(" avx512vbmi\n") != std::string::npos);
+}
+
 std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K) {
   std::vector<float> q(x.size());
   for (int64_t m = 0; m < M; ++m) {

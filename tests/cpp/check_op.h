@@ -153,6 +153,8 @@ struct OpCase {
 bool int8_dot_cpu();
 // Whether the CPU has AVX-512 VNNI (the int8 decode GEMV: kernels/gemv.h dot4_u8s8).
 bool vnni_cpu();
+// AVX-512 VNNI and VBMI (the int4 decode GEMV on int8 products: kernels/linear_int4.cpp block_vnni).
+bool vnni_vbmi_cpu();
 // x [M, K] with each row rounded to int8 at the scale amax / 127 (half to even) and scaled back: the
 // per-row path's input (kernels/int8_rows.h).
 std::vector<float> per_row_int8(const std::vector<float>& x, int64_t M, int64_t K);

@@ -60,8 +60,12 @@ test::Tensor as_tensor(DType t, const Shape& s, std::vector<float>& v) {
 }
 
 
-// int8_activations: the reference is the per-row path's (x per row and the dequantized weights per
-// column rounded to int8); otherwise the exact product.
+// Whether 1-8 rows with int8_activations take the VNNI GEMV (x quantized per row, weights exact).
+bool vnni_gemv(const Case& c) { return c.M <= 8 && test::vnni_vbmi_cpu() && c.layout == "avx512" && c.isa == "auto"; }
+
+// int8_activations: the reference is the per-row path's: for more than 8 rows x per row and the
+// dequantized weights per column rounded to int8, for fewer x per row where the VNNI GEMV runs
+// (vnni_gemv) and the exact product elsewhere; without it the exact product.
 test::Checked run_case(const Case& c, bool const_weights = true, bool int8_activations = false) {
   const int64_t KB = c.K / c.g;
   std::mt19937 rng(static_cast<uint32_t>(c.M * 131 + c.K * 7 + c.N * 3 + c.g));
@@ -89,10 +93,11 @@ test::Checked run_case(const Case& c, bool const_weights = true, bool int8_activ
       w[n * c.K + k] = static_cast<float>(q[n * c.K + k]) * sz[i] + z;
       bound = std::max({bound, std::fabs(z), std::fabs(15.f * sz[i] + z)});
     }
-    if (int8_activations)
+    if (int8_activations && c.M > 8)
       for (int64_t k = 0; k < c.K; ++k) w[n * c.K + k] = std::nearbyint(w[n * c.K + k] * (127.f / bound)) * (bound / 127.f);
   }
-  const std::vector<float> xr = int8_activations ? test::per_row_int8(x, c.M, c.K) : x;
+  const bool quant_x = int8_activations && (c.M > 8 || vnni_gemv(c));
+  const std::vector<float> xr = quant_x ? test::per_row_int8(x, c.M, c.K) : x;
   std::vector<double> want(c.M * c.N);
   for (int64_t m = 0; m < c.M; ++m)
     for (int64_t n = 0; n < c.N; ++n) {
@@ -129,11 +134,16 @@ TEST_P(Int4Linear, MatchesDequantizedReference) {
     test::Checked q = run_case(c, true, /*int8_activations=*/true);
     EXPECT_NE(q.got.kernels[0].find(test::int8_dot_cpu() ? "int4_requant_panels_onednn_s8s8" : "int4_dequant_panels_onednn"),
               std::string::npos) << q.got.kernels[0];
-  } else if (c.isa == "auto") {
-    EXPECT_TRUE(k.find("int4_gemv_avx512") != std::string::npos || k.find("int4_gemv_avx2") != std::string::npos) << k;
-  } else {
-    EXPECT_NE(k.find("int4_gemv_" + c.isa), std::string::npos) << k;
+    return;
   }
+  if (c.isa == "auto")
+    EXPECT_TRUE(k.find("int4_gemv_avx512") != std::string::npos || k.find("int4_gemv_avx2") != std::string::npos) << k;
+  else
+    EXPECT_NE(k.find("int4_gemv_" + c.isa), std::string::npos) << k;
+  // the same case with activations quantized per row: the VNNI GEMV where this CPU has VNNI and
+  // VBMI and the layout is "avx512" (partial blocks on the f32 code, from x as quantized), else as above
+  test::Checked q = run_case(c, true, /*int8_activations=*/true);
+  EXPECT_EQ(q.got.kernels[0].find("int4_gemv_vnni") != std::string::npos, vnni_gemv(c)) << q.got.kernels[0];
 }
 
 std::vector<Case> cases() {
@@ -180,6 +190,25 @@ TEST(Int4LinearOps, RuntimeWeightsAndLeadingDims) {
                                Arg(test::from_floats(TensorType(DType::f32, {2, N, 2}), sz), true)},
                               attrs({{"group_size", int64_t{32}}, {"layout", std::string("avx2")}}), want, {1e-6, 0});
   EXPECT_EQ(r.out().type.shape(), (Shape{2, 3, N}));
+}
+
+// A row holding inf on the VNNI GEMV's CPUs: the call is summed exactly in f32 (the row's inf
+// reaches its outputs as in eager; the other row keeps its exact value), not quantized.
+TEST(Int4LinearOps, InfRowIsSummedExactly) {
+  const int64_t K = 64, N = 64;
+  std::vector<uint8_t> w(N * K / 2, 0x88);  // every q = 8: out = sum_k x * zero
+  std::vector<float> x(2 * K, 0.1f), sz(2 * N * 2);
+  x[5] = INFINITY;
+  x[K + 7] = 0.3f;
+  for (int64_t i = 0; i < 2 * N; ++i) sz[2 * i] = 3.f, sz[2 * i + 1] = 0.5f;
+  std::vector<float> want(2 * N, INFINITY);
+  for (int64_t n = 0; n < N; ++n) want[N + n] = (0.1f * 63 + 0.3f) * 0.5f;
+  auto r = test::check_values("linear_int4",
+                              {Arg(test::from_floats(TensorType(DType::f32, {2, K}), x)),
+                               Arg(test::from_bytes(TensorType(DType::u8, {N, K / 2}), w.data()), true),
+                               Arg(test::from_floats(TensorType(DType::f32, {2, N, 2}), sz), true)},
+                              attrs({{"group_size", int64_t{32}}, {"layout", std::string("avx512")}}), want, {1e-5, 1e-6});
+  if (test::vnni_vbmi_cpu()) EXPECT_NE(r.got.kernels[0].find("int4_gemv_vnni"), std::string::npos) << r.got.kernels[0];
 }
 
 TEST(Int4LinearOps, BadInputsThrowUsefulErrors) {

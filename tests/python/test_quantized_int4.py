@@ -112,6 +112,56 @@ def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
     assert (got - exact).abs().max() < 0.05 * exact.abs().max()
 
 
+def _vnni_vbmi() -> bool:
+    flags = open("/proc/cpuinfo").read().split()
+    return "avx512_vnni" in flags and "avx512vbmi" in flags
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,k,n,g", [(1, 256, 176, 64), (3, 512, 192, 128), (8, 128, 64, 32)])
+def test_op_per_row_int8_decode_rows(dtype, m, k, n, g, engine_graphs):
+    """The default int8_activations="per_row" for 1-8 rows (the decode GEMV) on CPUs with AVX-512
+    VNNI and VBMI: x quantized per row, the weights' nibbles exact, int8 products summed in int32.
+    Against x as quantized times torch's dequantized weights, and within 8-bit rounding of torch's
+    exact op. Elsewhere (and for a partial last block of 64 columns: n = 176) the f32 GEMV."""
+    _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+    with torch.no_grad():
+        got = compile_native(Int4Mm(w, g, sz))(x).float()
+        exact = int4mm(x, w, g, sz).float()
+        wd = int4mm(torch.eye(k, dtype=torch.float32), w, g, sz.float())  # [K, N] dequantized
+    kernels = [kn for g_ in engine_graphs for _, _, kn in g_.exe.instructions()]
+    from airgraph.lowering.quant import packed_layout
+    if not (_vnni_vbmi() and packed_layout() == "avx512"):
+        print("no AVX-512 VNNI and VBMI here (or torch packs another layout): the f32 GEMV runs", kernels)
+        assert "int4_gemv_vnni" not in kernels[0], kernels
+        return assert_close(got, exact, atol=2e-2, rtol=2e-2)
+    assert "int4_gemv_vnni" in kernels[0], kernels
+    xf = x.float()
+    ra = xf.abs().amax(1, keepdim=True)
+    xq = torch.round(xf * (127.0 / ra)) * (ra / 127.0)
+    want = (xq.double() @ wd.double()).float()
+    # (f32: the sums' order; bf16: the output's rounding)
+    torch.testing.assert_close(got, want, atol=1e-4 if dtype == torch.float32 else 4e-2, rtol=1e-4 if dtype ==
+                               torch.float32 else 1e-2)
+    assert (got - exact).abs().max() < 0.05 * exact.abs().max()
+    assert (got - exact).abs().max() > 0  # (x was quantized: not the exact path)
+
+
+def test_op_per_row_int8_decode_rows_inf_and_nan_are_exact():
+    """A decode row of x holding inf or nan: every row of the call is summed exactly, term by term
+    as torch's kernel does (inf * a weight of 8 - 8 = 0 plus a zero point stays inf, not nan)."""
+    _, w, sz = packed_operands(128, 256, 64, torch.float32, seed=5)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(2))
+    x[0, 7] = float("inf")
+    x[2, 9] = float("nan")
+    with torch.no_grad():
+        got = compile_native(Int4Mm(w, 64, sz))(x)
+        want = int4mm(x, w, 64, sz)
+    assert torch.isinf(want[0]).any()
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-4, rtol=1e-4)
+
+
 def test_op_per_row_int8_inf_and_nan_are_exact():
     """On the per-row path a row of x holding inf or nan, and a column whose scale is inf, are summed
     exactly (eager's inf and nan); the rest stays within 8-bit rounding."""
@@ -211,7 +261,8 @@ def test_torchao_weight_changed_in_place_is_seen(engine_graphs):
     """torchao's weight reaches the graph as its parts (AOTAutograd flattens the subclass), passed
     on every call: an in-place change is read on the next call, with no rebuild."""
     m = quantized_mlp(torch.bfloat16, 64)
-    c = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=False)
+    cfg = airgraph.CompilerConfig(fallback=False, int8_activations="off")  # (exact: eager's tolerance)
+    c = torch.compile(m, backend=airgraph.get_backend(cfg), dynamic=False)
     x = torch.randn(2, 256, dtype=torch.bfloat16)
     with torch.no_grad():
         assert_close(c(x), m(x))
@@ -228,7 +279,8 @@ def test_bound_packed_weight_changed_in_place_rebuilds():
     _, w, sz = packed_operands(128, 256, 64, torch.float32)
     mod = Int4Mm(w, 64, sz)
     with backend.collect_reports() as reports, torch.no_grad():
-        c = torch.compile(mod, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=False)
+        cfg = airgraph.CompilerConfig(fallback=False, int8_activations="off")  # (exact: eager's tolerance)
+        c = torch.compile(mod, backend=airgraph.get_backend(cfg), dynamic=False)
         x = torch.randn(1, 256)
         assert_close(c(x), mod(x))
         mod.w.copy_(mod.w.flip(0))
