@@ -25,6 +25,7 @@ from .decompositions import decomposition_table
 from .graph_types import CompileReport, phases_text
 from .lowering.vision import keep_resizes_whole
 from .shapes import ShapeSpec
+from .subgraphs import inline_subgraphs, is_subgraph_call
 
 log = logging.getLogger("airgraph")
 
@@ -210,6 +211,12 @@ def _fold_attribute_floats(gm: torch.fx.GraphModule, sources) -> tuple[set[int],
     return folded, marked
 
 
+def _float_operands(gm: torch.fx.GraphModule, sources) -> bool:
+    """Whether a repeated block's call (invoke_subgraph) takes a Python float Dynamo passes as a 0-d tensor."""
+    floats = {n for n, ga, _ in sources if getattr(ga, "pass_arg_as_tensor", False)}
+    return bool(floats) and any(is_subgraph_call(n) and any(a in floats for a in n.args[2:]) for n in gm.graph.nodes)
+
+
 def _unmark_floats(marked: list[str]) -> None:
     if marked:
         from torch._dynamo.symbolic_convert import TensorifyState
@@ -309,9 +316,9 @@ def _report_guards_on_first_call(compiled, report: CompileReport):
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, params: dict[int, str],
-             spec: ShapeSpec | None = None):
+             spec: ShapeSpec | None = None, inlined: int = 0):
     t_entry = time.perf_counter()
-    report = CompileReport()
+    report = CompileReport(inlined_subgraphs=inlined)
     traced = _dynamo_seconds("bytecode_tracing")
     if traced is not None:
         report.add_phase("dynamo", traced)
@@ -344,6 +351,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
             state["fw_s"] = state.get("fw_s", 0.0) + time.perf_counter() - t_fw
 
     def _fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
+        # repeated blocks (nested_compile_region's invoke_subgraph calls) become plain nodes first:
+        # everything below reads the graph as the unmarked model gives it
+        report.inlined_subgraphs += inline_subgraphs(aot_gm)
         n_ph = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
         flat = _flat_inputs(aot_gm, real, params) if n_ph != len(real) and params else None
         const_names = flat[1] if flat else params
@@ -415,7 +425,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig, p
         # it on): airgraph's result is saved through aot_compile_support instead
         off = {k: False for k in ("force_autograd_cache", "bundled_autograd_cache")
                if hasattr(torch._functorch.config, k)}
-        keep_resizes_whole(gm)  # (F.interpolate the engine runs whole, instead of its decomposition)
+        for m in gm.modules():  # (and in the repeated blocks' subgraphs, which AOTAutograd traces again)
+            if isinstance(m, torch.fx.GraphModule):
+                keep_resizes_whole(m)  # (F.interpolate the engine runs whole, instead of its decomposition)
         with torch._functorch.config.patch(off):
             compiled = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                              decompositions=decomposition_table(),
@@ -451,13 +463,22 @@ def _wrapper_idle(state: dict, real: list) -> bool:
 def airgraph_backend(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig | None = None, **kwargs):
     if config is None:
         config = CompilerConfig.from_options(kwargs.get("options"))
-    sources = _input_sources(gm)
+    sources, inlined = _input_sources(gm), 0
+    if _float_operands(gm, sources):
+        # a repeated block (nested_compile_region) that reads Python floats passed as 0-d tensors
+        # (dynamic=True: a norm's eps, attention's scale): AOTAutograd cannot trace the block's `.item()`
+        # (torch's own backends fail the same way), so its calls are inlined here, before AOTAutograd,
+        # and the floats folded as in any graph (Dynamo still traced the block once)
+        n = inlined = inline_subgraphs(gm)
+        log.info("airgraph: %d repeated block call(s) inlined before AOTAutograd: they read Python floats passed "
+                 "as tensors (dynamic=True)", n)
+        sources = _input_sources(gm)
     folded, marked = _fold_attribute_floats(gm, sources)
     params = _param_positions(sources, example_inputs)
     # Symbolic sizes (dynamic=True, a second size, mark_dynamic, set_dim_gears) are traced once:
     # the engine builds a program per size binding from that one ATen graph (compiler.SymbolicEngineGraph).
     try:
-        return _compile(gm, example_inputs, config, params, _shape_spec(sources, example_inputs, folded))
+        return _compile(gm, example_inputs, config, params, _shape_spec(sources, example_inputs, folded), inlined)
     finally:  # (AOTAutograd's tensorify pass, which reads the marks, has run by now)
         _unmark_floats(marked)
 

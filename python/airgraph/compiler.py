@@ -30,6 +30,7 @@ from .lowering import bound_sizes
 from .partition import compile_partitioned
 from .pipeline import compile_lowered, observers_for
 from .shapes import ShapeSpec, graph_symbols, hint_sizes
+from .subgraphs import inline_subgraphs
 from .weights import bind_weights
 
 # (bench/run.py, bench/generate.py and bench/weight_checks.py read these here: the graphs to time
@@ -50,6 +51,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, consts: dict[int, torch.Tensor]
     # AOTAutograd may call us with its fake mode active; constants we make must be real.
     t0, before = time.perf_counter(), report.phases.get("passes", 0.0) + report.phases.get("kernels", 0.0)
     with unset_fake_temporarily():
+        report.inlined_subgraphs += inline_subgraphs(gm)  # (nested_compile_region's calls: plain nodes)
         writes = take_input_writes(gm)  # (output indices of the whole output list)
         passthrough = take_passthrough_outputs(gm)
         run = _compile_aten_graph(gm, consts, config, report, const_names, spec)

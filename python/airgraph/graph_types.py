@@ -39,6 +39,9 @@ class CompileReport:
     exec_stats: list = field(default_factory=list)
     graphs: list = field(default_factory=list)  # the EngineGraph objects (debug tools read them)
     rebuilds: int = 0  # engine rebuilds because a bound parameter or buffer changed
+    # invoke_subgraph calls (torch.compiler.nested_compile_region's repeated blocks) inlined into the
+    # graph before lowering (subgraphs.py): a block traced once, lowered as often as it is called
+    inlined_subgraphs: int = 0
     symbolic: list = field(default_factory=list)  # SymbolicEngineGraph objects (graphs with symbolic sizes)
     # (lowered graph, optimized graph) of each graph compiled through the compile cache, for its
     # Dynamo-level entry: the backend writes that entry, or not, and drops them
