@@ -180,6 +180,11 @@ def _put_nodes(h: _KeyHash, gm, target_text) -> bool:
             put(n.op, n.name, t, _arg_text(n.args), _arg_text(n.kwargs), n.meta.get("stack_trace", ""))
         elif n.op == "get_attr":
             t = get_attr_tensor(n)
+            if isinstance(t, torch.fx.GraphModule):  # a repeated block's subgraph (invoke_subgraph): its nodes
+                put("subgraph", n.name, *[p.name for p in t.graph.nodes if p.op == "placeholder"])
+                if not _put_nodes(h, t, target_text):
+                    return False
+                continue
             if not isinstance(t, torch.Tensor):
                 return False
             t = t.detach().contiguous()
@@ -488,7 +493,7 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, params: dict, config) -
     put("dynamo", FORMAT, FORMAT_VERSION, __version__, _ENGINE, torch.__version__, _CPU, custom_ops.key_text(),
         torch.is_grad_enabled(),
         *[f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
-          if f.name not in ("cache_dir", "dump_dir", "background_packing")])  # (not the graph)
+          if f.name not in ("cache_dir", "dump_dir", "background_packing", "repeated_blocks")])  # (not the graph)
     storages = {}
     for i, x in enumerate(example_inputs):
         st = x.untyped_storage().data_ptr()
