@@ -69,6 +69,7 @@ from . import cache as _cache
 from ._version import __version__
 from .config import CompilerConfig
 from .graph_types import InputMismatch, phases_text, sum_phases
+from .repeated import bound_marked_forward, is_marked, marked_blocks
 from .saved_graph import SavedGraph, artifact
 
 log = logging.getLogger("airgraph")
@@ -317,6 +318,8 @@ def _constant(v) -> bool:
     return type(v) is tuple and all(_constant(x) for x in v)
 
 
+_MARKED_SOURCE = re.compile(r"(L\['fn'\](?:\.__self__)?(?:\._modules\['[^']+'\])+)\.forward\b")
+_PYTREE_NODES = "__import__('torch').utils._pytree.SUPPORTED_NODES"
 _CHECK_ID = re.compile(r"___check_(type|obj)_id\((.*), (\d+)\)")
 _L_REF = re.compile(r"L\['([^']+)'\]")
 
@@ -336,6 +339,8 @@ class _GuardText:
         self.state: bytes | None = None  # pickled GlobalStateGuard
         self.tf_stack = 0
         self._seen: set[str] = set()
+        self.fn = None  # the traced function, while its repeated blocks are marked (see _unmarked)
+        self._marked: dict[str, bool] = {}
 
     def _obj(self, obj, what: str) -> str:
         r = _ref(obj)
@@ -361,7 +366,25 @@ class _GuardText:
         self.objs.append(("code", *_dump_code(code)))
         return f"O[{len(self.objs) - 1}]"
 
+    def _unmarked(self, text: str) -> str:
+        """A guard on a repeated block's marked forward (repeated.py: an instance attribute only while
+        Dynamo traces) read through ___marked_forward(module) instead, which gives that same function
+        (one per class, the same code in any process) whether the block is marked now or not."""
+        def sub(m):
+            prefix = m.group(1)
+            if prefix not in self._marked:
+                try:
+                    obj = eval(prefix, {"L": {"fn": self.fn}})  # noqa: S307 (a chain of _modules lookups)
+                    self._marked[prefix] = is_marked(obj)
+                except Exception:
+                    self._marked[prefix] = False
+            return f"___marked_forward({prefix})" if self._marked[prefix] else m.group(0)
+
+        return _MARKED_SOURCE.sub(sub, text)
+
     def add(self, text: str) -> None:
+        if self.fn is not None and ".forward" in text:
+            text = self._unmarked(text)
         if text in self._seen:
             return
         self._seen.add(text)
@@ -408,6 +431,8 @@ class _GuardText:
                 self.add(f"len({src}) == {len(g.value)}")
                 continue
             codes = og.code_list or []
+            if t in ("DICT_CONTAINS", "DICT_NOT_CONTAINS") and any("<" in c for c in codes):
+                codes = []  # (a key whose repr is no Python: `<class 'tuple'>`; _text_of names it)
             if not codes:
                 if t == "SHAPE_ENV":
                     continue
@@ -432,6 +457,11 @@ class _GuardText:
                         code = f"___same_instance({expr}, O[{len(self.objs) - 1}])"
                     else:
                         code = f"{'type(' + expr + ')' if kind == 'type' else expr} is {self._obj(want, expr)}"
+                elif code.startswith("___dict_version(") and _PYTREE_NODES in code:
+                    # torch's pytree registry unchanged (a repeated block's outputs flattened): its version is
+                    # this process's, and the types the trace flattened are checked by their own
+                    # DICT_CONTAINS guards; the saved bytecode flattens nothing through it
+                    continue
                 elif "___check_" in code or "___dict_version" in code or "___key_to_id" in code:
                     raise Unsaveable(f"Dynamo's {t} guard compares object ids: {code:.100}")
                 if "top_saved_tensors_hooks" in code:
@@ -446,6 +476,10 @@ class _GuardText:
             return f"{'' if hasattr(v, kw['attr']) else 'not '}hasattr({src}, {kw['attr']!r})"
         elif t in ("DICT_CONTAINS", "DICT_NOT_CONTAINS") and _constant(kw.get("key")):
             return f"{'not ' if t == 'DICT_NOT_CONTAINS' else ''}___dict_contains({kw['key']!r}, {src})"
+        elif t in ("DICT_CONTAINS", "DICT_NOT_CONTAINS") and isinstance(v, dict) and _ref(kw.get("key")) is not None:
+            # a key that is an object with a name (a repeated block's output flattening: `tuple in
+            # torch.utils._pytree.SUPPORTED_NODES`), checked as it held at the trace
+            return f"{'' if kw['key'] in v else 'not '}___dict_contains({self._obj(kw['key'], src)}, {src})"
         elif t == "DUPLICATE_INPUT" and isinstance(getattr(kw.get("source_b"), "name", None), str):
             return f"{src} is {kw['source_b'].name}"  # (Dynamo had added this pair already)
         elif t == "NONE_MATCH":
@@ -481,7 +515,8 @@ class _Checks:
         for r in rec["objs"]:
             objs.append(_resolve(r))  # (a name no longer there: the entry is not usable here)
         scope = {**_closure_vars(), "O": objs, "G": G, "__builtins__": builtins, "___same_code": _same_code(objs),
-                 "___local_class": _same_local_class, "___same_instance": _matches}
+                 "___local_class": _same_local_class, "___same_instance": _matches,
+                 "___marked_forward": bound_marked_forward}
         # every call: the checks of the arguments, and the values the trace read from the module and the
         # function's closure (a config value, an attribute such as a scale); binding: all the rest too
         # (classes, hooks, globals, code), when the entry meets a module object for the first time
@@ -674,6 +709,7 @@ class _Recording:
         self.guards: list = []  # (_GuardText or None, why not)
         self.files: set[str] = set()
         self.dynamic: dict = {}
+        self.marked: list[str] = []  # the classes whose instances were marked as repeated blocks
         self.stage = "Dynamo is tracing the Python code"
         self.state = (pickle.dumps(torch._C._dynamo.guards.GlobalStateGuard()), torch._C._len_torch_function_stack())
 
@@ -844,7 +880,10 @@ class CacheCompiled:
         self._compiled = None
         self._loaded = False
         self.unsaved: str | None = None  # why the last trace could not be saved
-        self.counts = {"replays": 0, "traces": 0, "loaded": 0, "saved": 0, "stale": 0, "rebuilt": 0}
+        self.counts = {"replays": 0, "traces": 0, "loaded": 0, "saved": 0, "stale": 0, "rebuilt": 0, "marked": 0}
+        # mark the module's repeated blocks while tracing (CompilerConfig.repeated_blocks; off after a
+        # marked trace broke the graph)
+        self._mark_blocks = self.config.repeated_blocks == "auto" and isinstance(owner, torch.nn.Module)
         functools.update_wrapper(self, fn)
 
     # -- calls
@@ -901,6 +940,7 @@ class CacheCompiled:
                 if rec is not None:
                     g = _GuardText()
                     try:
+                        g.fn = self.fn if rec.marked else None
                         g.translate(entries, rec.dynamic, rec.state)
                         rec.guards.append((g, ""))
                     except Unsaveable as e:
@@ -932,16 +972,33 @@ class CacheCompiled:
                 # use_duck_shape off: dims equal by chance on the first call get their own symbols (a
                 # prompt of head-dim tokens would otherwise fix generate()'s first decode step's KV
                 # length to the head dim: a third trace)
+                # the repeated blocks (config.repeated_blocks, repeated.py): marked while Dynamo traces
+                marking = marked_blocks(getattr(self.fn, "__self__", None)) if self._mark_blocks \
+                    else contextlib.nullcontext(())
+                breaks = sum(_dynamo_utils.counters["graph_break"].values())
                 with torch._dynamo.config.patch(specialize_float=True, skip_nnmodule_hook_guards=False), \
-                        _shapes_config.patch(use_duck_shape=False), _Progress(self.__qualname__, rec):
+                        _shapes_config.patch(use_duck_shape=False), _Progress(self.__qualname__, rec), \
+                        marking as marked:
+                    rec.marked = [c.__qualname__ for c in marked]
                     out = self._compiled_fn()(self.fn, *args, **kwargs)
             finally:
                 _ACTIVE.rec = prev
+            if rec.marked and sum(_dynamo_utils.counters["graph_break"].values()) > breaks:
+                # the call is not run again (its side effects, a KV cache's update, have happened): the
+                # next call traces unmarked, and that trace is saved
+                self._mark_blocks = False
+                log.info("airgraph.cache_compile: %s: Dynamo broke the graph while the repeated blocks (%s) were "
+                         "marked; they are not marked from now on, and the next call traces again unmarked",
+                         self.__qualname__, ", ".join(rec.marked))
+                return out
             if not rec.codes:  # Dynamo's own entries served the call (a signature that could not be saved)
                 return out
             self.counts["traces"] += 1
-            log.info("airgraph.cache_compile: %s: traced with Dynamo in %s; %s", self.__qualname__,
-                     rec.split(time.perf_counter() - t0), why or "no saved graph for these inputs")
+            if rec.marked:
+                self.counts["marked"] += 1
+            log.info("airgraph.cache_compile: %s: traced with Dynamo in %s; %s%s", self.__qualname__,
+                     rec.split(time.perf_counter() - t0), why or "no saved graph for these inputs",
+                     f"; repeated blocks traced once ({', '.join(rec.marked)})" if rec.marked else "")
             try:
                 entry, data = self._entry_from(rec)
             except Unsaveable as e:

@@ -96,6 +96,15 @@ class CompilerConfig:
     # they depend on the weights' values, which are never cached). "" switches it off. Default:
     # $AIRGRAPH_CACHE_DIR, else $XDG_CACHE_HOME/airgraph, else ~/.cache/airgraph.
     cache_dir: str = field(default_factory=default_cache_dir)
+    # Repeated blocks traced once (airgraph.cache_compile only, which controls the trace): "auto" marks
+    # the layers of every nn.ModuleList of >= 2 modules of one class under the compiled module with
+    # torch.compiler.nested_compile_region while Dynamo traces (the instances' forward, restored after;
+    # never a call handed a KV cache: its update is a side effect Dynamo breaks the graph on), so that
+    # Dynamo and AOTAutograd trace one layer instead of N; the backend inlines the calls again before
+    # lowering (the engine graph is the unmarked one). A marked trace that broke the graph anyway traces
+    # unmarked from then on. "off" marks nothing (AIRGRAPH_REPEATED_BLOCKS). Plain torch.compile cannot
+    # mark before Dynamo traces: mark the layer class yourself there (docs/generation.md#cold-start).
+    repeated_blocks: str = field(default_factory=lambda: _env("AIRGRAPH_REPEATED_BLOCKS", "auto"))
 
     # --- debugging (README "Debugging"); each has an environment variable ---
     # Folder for graph and data dumps (AIRGRAPH_DUMP_DIR; default ./airgraph_dump).
@@ -127,6 +136,8 @@ class CompilerConfig:
         check_pass_names(self.disable_passes)
         if self.pack_weights not in _PACK_ROWS:
             raise ValueError(f"pack_weights={self.pack_weights!r}: expected one of {', '.join(_PACK_ROWS)}")
+        if self.repeated_blocks not in ("auto", "off"):
+            raise ValueError(f"repeated_blocks={self.repeated_blocks!r}: expected 'auto' or 'off'")
         if self.int8_activations not in ("per_row", "off"):
             raise ValueError(f"int8_activations={self.int8_activations!r}: expected 'per_row' or 'off'")
 

@@ -1,0 +1,142 @@
+"""Repeated blocks marked for tracing (CompilerConfig.repeated_blocks, used by airgraph.cache_compile).
+
+A model's N identical layers (an nn.ModuleList of one class) are traced N times by Dynamo and by
+AOTAutograd. `torch.compiler.nested_compile_region` makes Dynamo trace such a block once and call
+it through the `invoke_subgraph` higher-order op; airgraph's backend inlines those calls again before
+lowering (subgraphs.py), so the engine graph is the one the unmarked model gives. cache_compile
+controls the trace, so it can mark the layers itself while Dynamo traces, and only then:
+
+    with marked_blocks(model) as marked:   # each ModuleList of >= 2 modules of one class
+        ...Dynamo traces model.forward...  # layer.forward is the class's forward, marked (one per class)
+    # restored: the layers' instances hold no `forward` of their own again
+
+What is marked: the children of every nn.ModuleList under the module (not the module itself) that
+are at least two modules of one class, with a plain Python `forward` defined by the class and none
+of their own (an instance `forward` set by the user, a hook library or a marking of the user's is
+left alone). The marked function is bound to each instance (types.MethodType), one per class, so
+that Dynamo sees one region for all the layers; the class itself is never changed.
+
+Not marked: a call that is handed a KV cache (a non-None argument named like past_key_value(s),
+layer_past, cache, kv_cache or cache_position). A DynamicCache's update is a Python side effect
+inside the block, which Dynamo cannot keep inside a region: it breaks the graph there (a Qwen2
+decoder's generate() broke into 17 graphs and took 76 s instead of 43 s). Decided per call, while
+tracing, so that a layer class that takes an optional cache (transformers' BERT and RoBERTa layers
+take `cache`, always None in an encoder) is marked when it gets none. cache_compile also traces
+again unmarked if a marked trace broke the graph anyway (see cache_compile.CacheCompiled._trace).
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import threading
+import types
+
+import torch
+
+log = logging.getLogger("airgraph")
+
+# parameter names that hand a block a KV cache (a Python object it updates: a side effect)
+CACHE_PARAMS = ("past_key_value", "past_key_values", "layer_past", "cache", "kv_cache", "cache_position",
+                "layer_cache", "past_key_values_length")
+_CACHE_WORDS = ("past_key", "layer_past", "cache")
+
+_DISPATCH: dict[type, object] = {}  # class -> its shared marked forward (one region per class)
+_LOCK = threading.RLock()
+
+
+def _is_cache_param(name: str) -> bool:
+    return name in CACHE_PARAMS or (name != "use_cache" and any(w in name for w in _CACHE_WORDS))
+
+
+def marked_forward(cls: type):
+    """The forward shared by every marked instance of `cls`: the class's forward as a
+    nested_compile_region, except for calls handed a KV cache (run unmarked); None when the class's
+    forward cannot be marked (no plain Python function)."""
+    with _LOCK:
+        if cls in _DISPATCH:
+            return _DISPATCH[cls]
+        fwd = inspect.getattr_static(cls, "forward", None)
+        if not isinstance(fwd, types.FunctionType) or getattr(fwd, "__marked_compile_region_fn__", None) is not None \
+                or hasattr(fwd, "_torchdynamo_inline"):
+            _DISPATCH[cls] = None
+            return None
+        region = torch.compiler.nested_compile_region(fwd)
+        try:
+            params = list(inspect.signature(fwd).parameters.values())[1:]  # (after self)
+        except (TypeError, ValueError):
+            _DISPATCH[cls] = None
+            return None
+        positional = tuple(i for i, p in enumerate(params) if _is_cache_param(p.name) and p.kind in
+                           (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        named = tuple(p.name for p in params if _is_cache_param(p.name) and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            named = tuple(dict.fromkeys(named + CACHE_PARAMS))
+
+        def forward(self, *args, **kwargs):
+            for i in positional:
+                if i < len(args) and args[i] is not None:
+                    return fwd(self, *args, **kwargs)
+            for k in named:
+                if kwargs.get(k) is not None:
+                    return fwd(self, *args, **kwargs)
+            return region(self, *args, **kwargs)
+
+        forward.__name__, forward.__qualname__ = fwd.__name__, fwd.__qualname__
+        forward.__module__, forward.__doc__ = fwd.__module__, fwd.__doc__
+        forward._airgraph_marked = True
+        _DISPATCH[cls] = forward
+        return forward
+
+
+def is_marked(module) -> bool:
+    """Whether `module`'s forward is the marked one (an instance attribute set by marked_blocks)."""
+    f = vars(module).get("forward") if isinstance(module, torch.nn.Module) else None
+    return getattr(getattr(f, "__func__", None), "_airgraph_marked", False)
+
+
+def bound_marked_forward(module):
+    """marked_forward of `module`'s class bound to it, whether marked now or not (cache_compile's
+    saved guards read a marked block's forward through this: the marking is gone when they run)."""
+    f = marked_forward(type(module))
+    if f is None:
+        raise TypeError(f"{type(module).__qualname__}'s forward cannot be marked")
+    return f.__get__(module)
+
+
+def repeated_blocks(module) -> list[list[torch.nn.Module]]:
+    """The lists of modules to mark under `module`: each nn.ModuleList's children that are >= 2
+    modules of one class whose forward can be marked, and have no forward of their own."""
+    if not isinstance(module, torch.nn.Module):
+        return []
+    out = []
+    for m in module.modules():
+        if not isinstance(m, torch.nn.ModuleList):
+            continue
+        children = [c for c in m if c is not None]
+        if len(children) < 2 or len({type(c) for c in children}) != 1:
+            continue
+        if any("forward" in vars(c) for c in children) or marked_forward(type(children[0])) is None:
+            continue
+        out.append(children)
+    return out
+
+
+@contextlib.contextmanager
+def marked_blocks(module):
+    """Marks the repeated blocks under `module` (see the module text) for the duration of the block
+    and restores them afterwards; yields the classes marked (an empty list: nothing to mark)."""
+    groups = repeated_blocks(module)
+    done, classes = [], []
+    try:
+        for group in groups:
+            fwd = marked_forward(type(group[0]))
+            for c in group:
+                c.forward = types.MethodType(fwd, c)
+                done.append(c)
+            classes.append(type(group[0]))
+        yield classes
+    finally:
+        for c in done:
+            if is_marked(c):
+                del c.forward
