@@ -77,6 +77,22 @@ def test_op_matches_torch(dtype, m, k, n, g, engine_graphs):
     assert ops_of(engine_graphs) == ["linear_int4"], ops_of(engine_graphs)
 
 
+def _per_row_case(dtype, m, k, n, g, engine_graphs):
+    """The default path's result for x [m, k] against packed weights [n, k], torch's exact op, the
+    weights dequantized by torch ([K, N]: the op on an identity), x rounded per row to int8 and
+    back, the scales and zero points, and the engine's kernels."""
+    _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+    with torch.no_grad():
+        got = compile_native(Int4Mm(w, g, sz))(x).float()
+        exact = int4mm(x, w, g, sz).float()
+        wd = int4mm(torch.eye(k, dtype=torch.float32), w, g, sz.float())
+    xf = x.float()
+    ra = xf.abs().amax(1, keepdim=True)
+    xq = torch.round(xf * (127.0 / ra)) * (ra / 127.0)
+    return got, exact, wd, xq, sz, [kn for g_ in engine_graphs for _, _, kn in g_.exe.instructions()]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("m,k,n,g", [(9, 256, 112, 128), (40, 512, 704, 32)])
 def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
@@ -84,13 +100,7 @@ def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
     each panel of weights requantized to int8 per column from the nibbles, x per row, int8 products.
     Against that computed in PyTorch (torch's own dequantization: the op on an identity), and
     within 8-bit rounding of torch's exact op."""
-    _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
-    with torch.no_grad():
-        got = compile_native(Int4Mm(w, g, sz))(x).float()
-        exact = int4mm(x, w, g, sz).float()
-        wd = int4mm(torch.eye(k, dtype=torch.float32), w, g, sz.float())  # [K, N] dequantized
-    kernels = [kn for g_ in engine_graphs for _, _, kn in g_.exe.instructions()]
+    got, exact, wd, xq, sz, kernels = _per_row_case(dtype, m, k, n, g, engine_graphs)
     flags = open("/proc/cpuinfo").read()
     if not any(f in flags for f in ("avx512_vnni", "amx_int8")):
         print("this CPU has no AVX-512 VNNI or AMX: the exact path runs", kernels)
@@ -102,9 +112,6 @@ def test_op_per_row_int8(dtype, m, k, n, g, engine_graphs):
     sc, zero = sz.float()[..., 0], sz.float()[..., 1] - 8 * sz.float()[..., 0]
     ca = torch.maximum(zero.abs(), (15 * sc + zero).abs()).amax(0, keepdim=True)
     wq = torch.round(wd * (127.0 / ca)) * (ca / 127.0)
-    xf = x.float()
-    ra = xf.abs().amax(1, keepdim=True)
-    xq = torch.round(xf * (127.0 / ra)) * (ra / 127.0)
     want = (xq.double() @ wq.double()).float()
     # (a weight whose f32 dequantization lands on the other side of an int8 rounding boundary moves
     # its sums by one step, ~5e-3 here; bf16: the output's rounding)
@@ -123,23 +130,15 @@ def test_op_per_row_int8_decode_rows(dtype, m, k, n, g, engine_graphs):
     """The default int8_activations="per_row" for 1-8 rows (the decode GEMV) on CPUs with AVX-512
     VNNI and VBMI: x quantized per row, the weights' nibbles exact, int8 products summed in int32.
     Against x as quantized times torch's dequantized weights, and within 8-bit rounding of torch's
-    exact op. Elsewhere (and for a partial last block of 64 columns: n = 176) the f32 GEMV."""
-    _, w, sz = packed_operands(n, k, g, dtype, seed=m + k + n)
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
-    with torch.no_grad():
-        got = compile_native(Int4Mm(w, g, sz))(x).float()
-        exact = int4mm(x, w, g, sz).float()
-        wd = int4mm(torch.eye(k, dtype=torch.float32), w, g, sz.float())  # [K, N] dequantized
-    kernels = [kn for g_ in engine_graphs for _, _, kn in g_.exe.instructions()]
+    exact op (a partial last block of 64 columns, n = 176: the f32 code, on x as quantized). CPUs
+    without VNNI and VBMI run the exact f32 GEMV."""
+    got, exact, wd, xq, sz, kernels = _per_row_case(dtype, m, k, n, g, engine_graphs)
     from airgraph.lowering.quant import packed_layout
     if not (_vnni_vbmi() and packed_layout() == "avx512"):
         print("no AVX-512 VNNI and VBMI here (or torch packs another layout): the f32 GEMV runs", kernels)
         assert "int4_gemv_vnni" not in kernels[0], kernels
         return assert_close(got, exact, atol=2e-2, rtol=2e-2)
     assert "int4_gemv_vnni" in kernels[0], kernels
-    xf = x.float()
-    ra = xf.abs().amax(1, keepdim=True)
-    xq = torch.round(xf * (127.0 / ra)) * (ra / 127.0)
     want = (xq.double() @ wd.double()).float()
     # (f32: the sums' order; bf16: the output's rounding)
     torch.testing.assert_close(got, want, atol=1e-4 if dtype == torch.float32 else 4e-2, rtol=1e-4 if dtype ==
