@@ -713,6 +713,11 @@ class _Recording:
         self.stage = "Dynamo is tracing the Python code"
         self.state = (pickle.dumps(torch._C._dynamo.guards.GlobalStateGuard()), torch._C._len_torch_function_stack())
 
+    def block_calls(self) -> int:
+        """How many repeated-block calls (invoke_subgraph) the trace's graphs held (inlined before lowering)."""
+        reports = [getattr(c, "state", {}).get("report") for c, _, _ in self.graphs]
+        return sum(getattr(r, "inlined_subgraphs", 0) for r in reports if r is not None)
+
     def split(self, seconds: float) -> str:
         """'12.3 s (Dynamo tracing 4.1 s, AOTAutograd ..., recording 0.5 s)': where a trace's time went,
         the graphs' phases (CompileReport.phases) and the rest (this module's recording: the guards'
@@ -806,6 +811,7 @@ class _Entry:
                 fast[name] = "__airgraph_fast_dynamo_utils"
                 globals_[fast[name]] = _FAST_DYNAMO_UTILS
         self.replay_fast = types.FunctionType(_renamed(code, {**rename, **fast}), globals_, "_call")
+        self.marked = bool(data.get("marked"))  # traced with repeated blocks marked (repeated.py)
         self.bound = False  # whether its binding checks passed (CacheCompiled._bind, _still_bound)
         # (hook dicts empty at binding, the others, their lengths; the module tree's _modules dicts and their values)
         self.hook_state, self.children = ((), (), ()), []
@@ -880,6 +886,7 @@ class CacheCompiled:
         self._compiled = None
         self._loaded = False
         self.unsaved: str | None = None  # why the last trace could not be saved
+        # (marked: traces whose graph held repeated blocks traced once)
         self.counts = {"replays": 0, "traces": 0, "loaded": 0, "saved": 0, "stale": 0, "rebuilt": 0, "marked": 0}
         # mark the module's repeated blocks while tracing (CompilerConfig.repeated_blocks; off after a
         # marked trace broke the graph)
@@ -911,7 +918,11 @@ class CacheCompiled:
         """The entry's checks of the module's classes, hooks, globals and code (L['fn'] is the same
         object on every call: once per entry and process, and again after the module changed)."""
         e.bound = False
-        if not e.checks.bind(L):
+        # an entry traced with its repeated blocks marked: the checks of the classes' code see them marked
+        # again (guards on a marked class's forward, through transformers' registries say)
+        with marked_blocks(getattr(self.fn, "__self__", None)) if e.marked else contextlib.nullcontext():
+            ok = e.checks.bind(L)
+        if not ok:
             return False
         dicts, children = _module_state(getattr(self.fn, "__self__", None))
         full = tuple(d for d in dicts if d)
@@ -980,7 +991,21 @@ class CacheCompiled:
                         _shapes_config.patch(use_duck_shape=False), _Progress(self.__qualname__, rec), \
                         marking as marked:
                     rec.marked = [c.__qualname__ for c in marked]
-                    out = self._compiled_fn()(self.fn, *args, **kwargs)
+                    try:
+                        out = self._compiled_fn()(self.fn, *args, **kwargs)
+                    except torch._dynamo.exc.TorchDynamoException as e:
+                        if not rec.marked:
+                            raise
+                        # Dynamo failed while tracing the marked blocks (torch 2.13's stamping out of a region
+                        # with symbolic sizes can: KeyError in stamp_out_subgraph): the frame did not run
+                        failed = e
+                if rec.marked and "out" not in locals():
+                    self._mark_blocks = False
+                    log.info("airgraph.cache_compile: %s: Dynamo failed on the marked repeated blocks (%s: %s); "
+                             "tracing again unmarked (and from now on)", self.__qualname__, ", ".join(rec.marked),
+                             f"{type(failed).__name__}: {str(failed).splitlines()[0] if str(failed) else ''}")
+                    _ACTIVE.rec = prev
+                    return self._trace(args, kwargs, L)
             finally:
                 _ACTIVE.rec = prev
             if rec.marked and sum(_dynamo_utils.counters["graph_break"].values()) > breaks:
@@ -994,11 +1019,12 @@ class CacheCompiled:
             if not rec.codes:  # Dynamo's own entries served the call (a signature that could not be saved)
                 return out
             self.counts["traces"] += 1
-            if rec.marked:
+            calls = rec.block_calls()
+            if calls:
                 self.counts["marked"] += 1
             log.info("airgraph.cache_compile: %s: traced with Dynamo in %s; %s%s", self.__qualname__,
                      rec.split(time.perf_counter() - t0), why or "no saved graph for these inputs",
-                     f"; repeated blocks traced once ({', '.join(rec.marked)})" if rec.marked else "")
+                     f"; repeated blocks ({', '.join(rec.marked)}) traced once for {calls} calls" if calls else "")
             try:
                 entry, data = self._entry_from(rec)
             except Unsaveable as e:
@@ -1059,7 +1085,8 @@ class CacheCompiled:
         files = sorted(rec.files | {getattr(self.fn, '__func__', self.fn).__code__.co_filename})
         data = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(self.config),
                 "sources": {f: _file_digest(f) for f in files}, "code": data_code, "extras": extras,
-                "installed": installed, "graphs": graphs, "guards": guards.record(), "created": time.time()}
+                "installed": installed, "graphs": graphs, "guards": guards.record(), "created": time.time(),
+                "marked": rec.marked}
         live = {name: G[name] for name in graphs}  # this process keeps Dynamo's compiled functions
         entry = _Entry(data, G, live)
         data["guards"]["call_src"], data["guards"]["bind_src"] = entry.checks.sources

@@ -85,14 +85,15 @@ def marked_forward(cls: type):
         forward.__name__, forward.__qualname__ = fwd.__name__, fwd.__qualname__
         forward.__module__, forward.__doc__ = fwd.__module__, fwd.__doc__
         forward._airgraph_marked = True
+        forward.__wrapped__ = fwd
         _DISPATCH[cls] = forward
         return forward
 
 
 def is_marked(module) -> bool:
-    """Whether `module`'s forward is the marked one (an instance attribute set by marked_blocks)."""
-    f = vars(module).get("forward") if isinstance(module, torch.nn.Module) else None
-    return getattr(getattr(f, "__func__", None), "_airgraph_marked", False)
+    """Whether `module`'s forward is the marked one (its class's, swapped by marked_blocks)."""
+    f = inspect.getattr_static(type(module), "forward", None) if isinstance(module, torch.nn.Module) else None
+    return getattr(f, "_airgraph_marked", False) and "forward" not in vars(module)
 
 
 def bound_marked_forward(module):
@@ -125,18 +126,27 @@ def repeated_blocks(module) -> list[list[torch.nn.Module]]:
 @contextlib.contextmanager
 def marked_blocks(module):
     """Marks the repeated blocks under `module` (see the module text) for the duration of the block
-    and restores them afterwards; yields the classes marked (an empty list: nothing to mark)."""
-    groups = repeated_blocks(module)
-    done, classes = [], []
-    try:
-        for group in groups:
-            fwd = marked_forward(type(group[0]))
-            for c in group:
-                c.forward = types.MethodType(fwd, c)
-                done.append(c)
-            classes.append(type(group[0]))
-        yield classes
-    finally:
-        for c in done:
-            if is_marked(c):
-                del c.forward
+    and restores them afterwards; yields the classes marked (an empty list: nothing to mark).
+
+    The class's forward is replaced while Dynamo traces, not each instance's: an instance-level
+    marking (types.MethodType(marked, layer) as the layer's `forward`) makes torch 2.13's Dynamo
+    stamp out later calls of the region with the first layer's parameters for plain nn.Modules (a
+    wrong result even with backend="eager"; transformers' GradientCheckpointingLayer happens to be
+    spared). Other instances of the class see the marked forward meanwhile, which runs exactly as
+    the class's own outside Dynamo (nested_compile_region is a no-op in eager)."""
+    classes = []
+    with _LOCK:
+        try:
+            for group in repeated_blocks(module):
+                cls = type(group[0])
+                if cls in classes:
+                    continue
+                fwd = marked_forward(cls)
+                if vars(cls).get("forward") is not fwd.__wrapped__:
+                    continue  # (forward inherited: the class itself defines none to swap)
+                cls.forward = fwd
+                classes.append(cls)
+            yield classes
+        finally:
+            for cls in classes:
+                cls.forward = cls.forward.__wrapped__
