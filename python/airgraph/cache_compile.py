@@ -1240,7 +1240,12 @@ def cache_compile(fn=None, *, cache_dir: str | None = None, config: CompilerConf
 
     cache_dir: where entries are kept (default: the compile cache's folder, config.cache_dir;
     "" keeps them in this process only); config: a CompilerConfig; dynamic: torch.compile's
-    (True: one graph serves every length)."""
+    (True: one graph serves every length).
+
+    A bound method of a module: with config.repeated_blocks="auto" (the default) its repeated layers
+    (an nn.ModuleList of >= 2 modules of one class) are marked as torch.compiler.nested_compile_region
+    while Dynamo traces, so that Dynamo and AOTAutograd trace one layer, not N (a 12-layer RoBERTa's
+    first call: 6.2 -> 3.4 s); never a call handed a KV cache (airgraph/repeated.py)."""
     if fn is None:
         return lambda f: CacheCompiled(f, cache_dir, config, dynamic)
     return CacheCompiled(fn, cache_dir, config, dynamic)

@@ -103,7 +103,8 @@ class CompilerConfig:
     # Dynamo and AOTAutograd trace one layer instead of N; the backend inlines the calls again before
     # lowering (the engine graph is the unmarked one). A marked trace that broke the graph anyway traces
     # unmarked from then on. "off" marks nothing (AIRGRAPH_REPEATED_BLOCKS). Plain torch.compile cannot
-    # mark before Dynamo traces: mark the layer class yourself there (docs/generation.md#cold-start).
+    # mark before Dynamo traces: mark the layer class yourself there
+    # (docs/generation.md#repeated-blocks-traced-once-issue-37).
     repeated_blocks: str = field(default_factory=lambda: _env("AIRGRAPH_REPEATED_BLOCKS", "auto"))
 
     # --- debugging (README "Debugging"); each has an environment variable ---

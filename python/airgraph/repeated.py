@@ -6,23 +6,28 @@ it through the `invoke_subgraph` higher-order op; airgraph's backend inlines tho
 lowering (subgraphs.py), so the engine graph is the one the unmarked model gives. cache_compile
 controls the trace, so it can mark the layers itself while Dynamo traces, and only then:
 
-    with marked_blocks(model) as marked:   # each ModuleList of >= 2 modules of one class
-        ...Dynamo traces model.forward...  # layer.forward is the class's forward, marked (one per class)
-    # restored: the layers' instances hold no `forward` of their own again
+    with marked_blocks(model) as classes:   # each ModuleList of >= 2 modules of one class
+        ...Dynamo traces model.forward...    # the layer class's forward is marked (marked_forward)
+    # restored: the class's own forward again
 
 What is marked: the children of every nn.ModuleList under the module (not the module itself) that
-are at least two modules of one class, with a plain Python `forward` defined by the class and none
-of their own (an instance `forward` set by the user, a hook library or a marking of the user's is
-left alone). The marked function is bound to each instance (types.MethodType), one per class, so
-that Dynamo sees one region for all the layers; the class itself is never changed.
+are at least two modules of one class, with a plain Python `forward` the class defines itself and
+no instance `forward` of their own (an instance forward set by the user or a hook library is left
+alone). The class's forward is swapped for the duration of the trace, not each instance's: an
+instance-level marking (types.MethodType(marked, layer)) makes torch 2.13's Dynamo stamp out the
+later layers of plain nn.Modules with the first layer's weights (a wrong result, backend="eager"
+too). Outside Dynamo the marked forward runs as the class's own (nested_compile_region is a no-op
+in eager), so other instances and threads that call it meanwhile see no difference.
 
 Not marked: a call that is handed a KV cache (a non-None argument named like past_key_value(s),
 layer_past, cache, kv_cache or cache_position). A DynamicCache's update is a Python side effect
 inside the block, which Dynamo cannot keep inside a region: it breaks the graph there (a Qwen2
 decoder's generate() broke into 17 graphs and took 76 s instead of 43 s). Decided per call, while
 tracing, so that a layer class that takes an optional cache (transformers' BERT and RoBERTa layers
-take `cache`, always None in an encoder) is marked when it gets none. cache_compile also traces
-again unmarked if a marked trace broke the graph anyway (see cache_compile.CacheCompiled._trace).
+take `cache`, always None in an encoder) is marked when it gets none. If a marked trace breaks the
+graph anyway, cache_compile's later calls trace unmarked (the call itself is not run again: its side
+effects have happened); if Dynamo fails on the marked blocks, the call is traced again unmarked at
+once (see cache_compile.CacheCompiled._trace).
 """
 from __future__ import annotations
 
@@ -53,6 +58,9 @@ def marked_forward(cls: type):
     """The forward shared by every marked instance of `cls`: the class's forward as a
     nested_compile_region, except for calls handed a KV cache (run unmarked); None when the class's
     forward cannot be marked (no plain Python function)."""
+    f = _DISPATCH.get(cls, _LOCK)  # (no lock on the way that finds it: marked_blocks holds it while tracing)
+    if f is not _LOCK:
+        return f
     with _LOCK:
         if cls in _DISPATCH:
             return _DISPATCH[cls]
