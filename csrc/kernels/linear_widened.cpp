@@ -9,7 +9,7 @@
 // The weight bytes are read where they are stored (the parameter's own memory):
 //  - few rows (decode): a GEMV that widens each weight in registers (kernels/gemv.h), or for int8
 //    weights with int8_activations on an AVX-512 VNNI CPU, sums int8 products of x quantized per row
-//    (gemv::dot4_u8s8; init_vnni below);
+//    (gemv::dot8_u8s8; init_vnni below);
 //  - more rows: the weights are widened one block of columns at a time into the call's scratch
 //    and multiplied there by oneDNN's f32 matmul, so the f32 bytes of a block live only while
 //    it is used (the cost of widening is spread over the rows).
@@ -239,14 +239,14 @@ class WidenedLinearKernel final : public Kernel {
       float* o = out_f32(out, ctx);
       uint16_t* ob = t_ == DType::bf16 ? static_cast<uint16_t*>(out[0]) : nullptr;
       parallel_for(N_, std::max<int64_t>(4, 65536 / std::max<int64_t>(K_, 1)), [&](int64_t nb, int64_t ne) {
-        int32_t s[4];
+        int32_t s[8];
         for (int64_t m = 0; m < M_; ++m) {
           const uint8_t* xm = q + m * K_;
           float* om = o + m * N_;
           int64_t n = nb;
-          for (; n + 4 <= ne; n += 4) {
-            gemv::dot4_u8s8(xm, w_ + n * K_, K_, s);
-            for (int i = 0; i < 4; ++i) om[n + i] = rs[m] * static_cast<float>(s[i] - 128 * row_sum_[n + i]);
+          for (; n + 8 <= ne; n += 8) {
+            gemv::dot8_u8s8(xm, w_ + n * K_, K_, s);
+            for (int i = 0; i < 8; ++i) om[n + i] = rs[m] * static_cast<float>(s[i] - 128 * row_sum_[n + i]);
           }
           for (; n < ne; ++n)
             om[n] = rs[m] * static_cast<float>(gemv::dot1_u8s8(xm, w_ + n * K_, K_) - 128 * row_sum_[n]);

@@ -4,6 +4,7 @@
 // with a naive reference computed here; plus bad inputs that must throw.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
+#include "kernels/gemv.h"
 #include "check_op.h"
 
 namespace ag {
@@ -142,6 +144,43 @@ INSTANTIATE_TEST_SUITE_P(MatmulOps, LinearGemvRows,
                                            GemvCase{3, 517, 11, DType::bf16}, GemvCase{4, 64, 40, DType::bf16},
                                            GemvCase{5, 530, 13, DType::f32}, GemvCase{8, 96, 21, DType::f32},
                                            GemvCase{7, 1100, 6, DType::bf16}));
+
+// The one-row GEMV's rows (gemv::rows_avx2 and, where the CPU has it, rows_avx512: one source, the
+// vector width a parameter) against a double-precision dot product, for f32, bf16 and int8 weights:
+// eight rows at a time and the rows left over, K tails below either width, rows whose prefetch runs
+// past the end of the weights.
+template <typename W>
+void check_gemv_rows(int64_t N, int64_t K, const std::vector<float>& wf, const std::vector<W>& w) {
+  auto x = randn(K, 41);
+  for (int isa = 0; isa < 2; ++isa) {
+    if (isa == 1 && !gemv::has_avx512()) continue;
+    std::vector<float> y(static_cast<size_t>(N) + 2, -7.f);
+    const int64_t nb = N > 3 ? 1 : 0;  // (a range that does not start at row 0)
+    if (isa == 0) gemv::rows_avx2(x.data(), w.data(), K, nb, N, y.data());
+    else gemv::rows_avx512(x.data(), w.data(), K, nb, N, y.data());
+    for (int64_t n = 0; n < N + 2; ++n) {
+      if (n < nb || n >= N) {
+        EXPECT_EQ(y[n], -7.f) << "row " << n << " is outside [" << nb << ", " << N << ")";
+        continue;
+      }
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) want += double(wf[n * K + k]) * x[k], mag += std::fabs(double(wf[n * K + k]) * x[k]);
+      EXPECT_NEAR(y[n], want, 1e-6 * mag + 1e-6) << (isa ? "avx512" : "avx2") << " N " << N << " K " << K << " row " << n;
+    }
+  }
+}
+TEST(MatmulOps, GemvRowsEveryIsaAndWeightType) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{1, 3}, {7, 8}, {9, 17}, {24, 64}, {19, 100}, {40, 896}, {3, 1031}}) {
+    auto wf = randn(N * K, 42);
+    check_gemv_rows<float>(N, K, wf, wf);
+    auto wr = round_bf16(wf);
+    check_gemv_rows<uint16_t>(N, K, wr, to_bf16(wr));
+    std::vector<int8_t> q(wf.size());
+    std::vector<float> qf(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) q[i] = static_cast<int8_t>(std::lround(std::clamp(wf[i] * 40.f, -128.f, 127.f))), qf[i] = q[i];
+    check_gemv_rows<int8_t>(N, K, qf, q);
+  }
+}
 
 class LinearBf16 : public ::testing::TestWithParam<int64_t> {};
 TEST_P(LinearBf16, MatchesF32Reference) {  // M = 1 (GEMV path on CPUs without bf16) and larger M
