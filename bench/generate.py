@@ -18,7 +18,7 @@ Greedy tokens are compared with eager's at the same weights (the first generate(
 where they differ, how many leading tokens agree, the fewest over the calls and the batch's rows), and
 every row with other weights than fp32 also with eager fp32's (when fp32 is in --weights). Beside each
 decode figure: the memory-bandwidth floor for one decode step, bytes read per token (every weight once
-in torchao's storage, the KV cache at the middle length) divided by the copy bandwidth measured here.
+in torchao's storage, the KV cache at the middle length) divided by the read bandwidth measured here.
 
 openvino is OpenVINO as a CPU user serves an LLM with it: optimum-intel's OVModelForCausalLM (a stateful
 OpenVINO model, the KV cache inside it, so one row with the dynamic cache and none with the static one).
@@ -392,23 +392,23 @@ def overhead(a) -> dict:
 
 
 def bandwidth_gbs() -> float:
-    """Copy bandwidth of a 256 MiB buffer, best of 5: bytes read plus bytes written per second."""
+    """Read bandwidth: bytes per second of summing a 256 MiB buffer on THREADS threads, best of 5 (what a
+    decode step's GEMVs do with the weights; a copy's read-plus-written rate is lower on some CPUs)."""
     import torch
 
     torch.set_num_threads(THREADS)
     src = torch.ones(64 << 20)
-    dst = torch.empty_like(src)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
-        dst.copy_(src)
+        src.sum()
         best = min(best, time.perf_counter() - t0)
-    return 2 * src.numel() * 4 / best / 1e9
+    return src.numel() * 4 / best / 1e9
 
 
 def floor_ms(model_name: str, batch: int, mid_len: int, gbs: float, weights: str = "fp32") -> float:
     """Bytes one decode step reads (every weight once in the form `weights` stores it, embedding rows
-    aside, and the KV cache at mid_len positions) over the copy bandwidth."""
+    aside, and the KV cache at mid_len positions) over the read bandwidth."""
     model = apply_weights(build_model(model_name), weights)
     cfg = model.config
     emb = model.get_input_embeddings().weight
@@ -471,7 +471,7 @@ def main():
         return
     gbs = bandwidth_gbs()
     print(f"generation: model {a.model}, prompt {a.prompt}, {a.new} new tokens, greedy; {cpu}, {THREADS} threads, "
-          f"torch {torch.__version__}; copy bandwidth {gbs:.1f} GB/s", flush=True)
+          f"torch {torch.__version__}; read bandwidth {gbs:.1f} GB/s", flush=True)
     rows = measure(a, gbs, log=lambda r: print(_row(r), flush=True))
     print()
     print(TABLE_HEADER)

@@ -90,7 +90,7 @@ ms per token (medians over --generation-repeats generate() calls of --generation
 the first generate() (compiles included), for the dynamic and the static KV cache, batch 1 and 4
 (or --batches), on --generation-models (default small and 0.5b: the zoo's LLaMA-style decoder in
 its small config and a Qwen2-0.5B-style config; roughly 30 min on 2 cores for 0.5b alone); beside
-each decode figure the memory-bandwidth floor (weights and KV cache read per token over the copy
+each decode figure the memory-bandwidth floor (weights and KV cache read per token over the read
 bandwidth measured here). A backend that fails in a cell keeps its error in the table. The
 issue's generation targets are evaluated from these cells in the Targets section.
 
@@ -990,7 +990,7 @@ def generation(models: list[str], backends: list[str], a) -> dict:
     gen = _generate_module()
     gbs = gen.bandwidth_gbs()
     batches = a.batches or GEN_BATCHES
-    print(f"  generation: copy bandwidth {gbs:.1f} GB/s; models {', '.join(models)}; prompt {GEN_PROMPT}, "
+    print(f"  generation: read bandwidth {gbs:.1f} GB/s; models {', '.join(models)}; prompt {GEN_PROMPT}, "
           f"{a.generation_new} new tokens, {a.generation_repeats} repeats", flush=True)
     rows, load = [], {}
     for m in models:
@@ -1925,7 +1925,7 @@ def _generation_lines(gen: dict) -> list[str]:
         f"median of {gen['repeats']} generate() calls; decode: the time between two successive tokens, median of "
         f"the {(gen['new'] - 1) * gen['repeats']} intervals of those calls, ms per token. "
         "Floor: the bytes one decode step reads (every weight once, the KV cache at the middle length) "
-        f"over the copy bandwidth measured here, {gen['bandwidth_gbs']:.1f} GB/s (bytes read plus written). Tokens = "
+        f"over the read bandwidth measured here, {gen['bandwidth_gbs']:.1f} GB/s (a 256 MiB buffer summed). Tokens = "
         "eager: every generate()'s greedy tokens equal eager's. A backend that failed in a cell shows its error "
         "(the last line it printed) under notes. Other load: as in the ranking table, over all of a model's cells "
         "(the workers' CPU time counted as the benchmark's own).",
