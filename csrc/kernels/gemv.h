@@ -140,6 +140,19 @@ template <int L>
   vload(v, &r);
 }
 
+// The lanes' sum, halving the vector at each step (a lane at a time would be L dependent adds a row).
+template <int L>
+[[gnu::always_inline]] inline float vsum(const typename Vec<L>::F& v) {
+  if constexpr (L == 4) {
+    return (v[0] + v[2]) + (v[1] + v[3]);
+  } else {
+    typename Vec<L / 2>::F lo, hi;
+    __builtin_memcpy(&lo, &v, sizeof lo);
+    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    return vsum<L / 2>(lo + hi);
+  }
+}
+
 // s[i] = dot(x, w0[i * K .. i * K + K)) for R rows; while they are summed, the rows kAheadRows
 // further on are fetched into L2 (one prefetch per row per cache line).
 template <int L, int R, typename W>
@@ -159,8 +172,7 @@ template <int L, int R, typename W>
     }
   }
   for (int i = 0; i < R; ++i) {
-    float t = 0.f;
-    for (int j = 0; j < L; ++j) t += a[i][j];
+    float t = vsum<L>(a[i]);
     for (int64_t kk = k; kk < K; ++kk) t += load1(w0 + i * K + kk) * x[kk];
     s[i] = t;
   }
