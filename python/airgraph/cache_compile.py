@@ -18,9 +18,10 @@ What is checked instead of trusted:
   on them, translated), every input tensor's dtype, device, rank, sizes and strides (symbolic dims
   free, within the size relations Dynamo recorded), torch's global state (grad mode, default dtype,
   threads, ...), and the weights (identity and version, as torch.compile's airgraph graphs do);
-- on every call too: the module's config values and attributes the trace read, and, cheaply, the
-  lengths of the module tree's hook dicts and the identity of its submodules (a hook added or a
-  submodule replaced binds again);
+- on every call too: the module's config values and attributes the trace read (a submodule's own
+  plain attributes, such as a norm's eps, are read again when its __dict__ was written: one version
+  read per module), and, cheaply, the lengths of the module tree's hook dicts and the identity of its
+  submodules (a hook added or a submodule replaced binds again);
 - when an entry is bound (its first call in a process, or after such a change): the module's
   classes and hooks, and the globals and functions the traced code used (by name, and by their code);
 - when an entry is loaded: the airgraph, torch, transformers and Python versions, the CPU features,
@@ -507,6 +508,61 @@ def _closure_vars() -> dict:
     return dict(get() if get is not None else getattr(_dynamo_guards, "CLOSURE_VARS", {}))
 
 
+def _probe_dict_version():
+    """torch's reader of a dict's version tag (bumped by every write to the dict that changes it: storing
+    the very object already there may leave it), where it works here;
+    None where it does not (a Python without the tag): then every module value is read on every call."""
+    try:
+        from torch._C._dynamo.guards import dict_version
+        d: dict = {}
+        v0 = dict_version(d)
+        d["a"] = 1
+        v1 = dict_version(d)
+        d["a"] = 2
+        v2 = dict_version(d)
+        return dict_version if len({v0, v1, v2}) == 3 else None
+    except Exception:
+        return None
+
+
+_DICT_VERSION = _probe_dict_version()
+_PLAIN_VALUE = (bool, int, float, str, type(None))
+
+
+def _plain(v) -> bool:
+    return isinstance(v, _PLAIN_VALUE) or (type(v) is tuple and all(_plain(x) for x in v))
+
+
+def _module_value(text: str, L):
+    """The module whose own attribute the value check `text` compares, when the check is exactly
+    `L['fn'].__self__._modules[..]...<attr> == <constant>` and the attribute is a plain value (a number,
+    a string, None, a tuple of them) in that module's __dict__: the check cannot change its answer while
+    that dict is unchanged (any write to it bumps its version) and the module is the same object (every
+    _modules dict of the tree is compared on every call, _still_bound). None otherwise."""
+    try:
+        e = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], ast.Eq) and
+            isinstance(e.left, ast.Attribute) and isinstance(e.comparators[0], (ast.Constant, ast.Tuple))):
+        return None
+    node = e.left.value
+    while isinstance(node, ast.Subscript):  # ._modules['name'] hops only
+        if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str) and
+                isinstance(node.value, ast.Attribute) and node.value.attr == "_modules"):
+            return None
+        node = node.value.value
+    if ast.unparse(node) != "L['fn'].__self__":
+        return None
+    try:
+        m = eval(ast.unparse(e.left.value), {"L": L})  # noqa: S307 (the chain of _modules reads above)
+    except Exception:
+        return None
+    if not isinstance(m, torch.nn.Module) or e.left.attr not in m.__dict__ or not _plain(m.__dict__[e.left.attr]):
+        return None
+    return m
+
+
 class _Checks:
     """A saved entry's guards, compiled: `call(L)` every call, `bind(L)` when binding."""
 
@@ -521,6 +577,8 @@ class _Checks:
         # function's closure (a config value, an attribute such as a scale); binding: all the rest too
         # (classes, hooks, globals, code), when the entry meets a module object for the first time
         self.call_texts, self.bind_texts = rec["call"] + rec["values"], rec["bind"]
+        self._arg_texts, self._value_texts = rec["call"], rec["values"]
+        self._split = None  # (after bind_values: see there)
         # (the checks' source is made when the entry is traced and saved with it: a load only compiles it)
         self.sources = (rec.get("call_src") or _checks_source(self.call_texts),
                         rec.get("bind_src") or _checks_source(rec["bind"]))
@@ -552,8 +610,19 @@ class _Checks:
         if self.state is not None and not self.state.check():
             return False
         try:
-            if not self._call(L):
-                return False
+            split = self._split
+            if split is None:
+                if not self._call(L):
+                    return False
+            else:
+                rest, values, dicts, versions = split
+                if not rest(L):
+                    return False
+                now = list(map(_DICT_VERSION, dicts))
+                if now != versions:  # (a module's own attributes were written: read its values again)
+                    if not values(L):
+                        return False
+                    versions[:] = now
             return self._tensors is None or self._tensors.check(*self._get(L))
         except Exception:  # (an argument of another structure: the guard text cannot even be read)
             return False
@@ -563,6 +632,34 @@ class _Checks:
             return bool(self._bind(L)) and torch._C._len_torch_function_stack() == self.tf_stack
         except Exception:
             return False
+
+    def bind_values(self, L) -> bool:
+        """After bind: the value checks that read a module's own plain attribute (_module_value) are
+        read on a call only when one of those modules' __dict__ versions moved (a model's hundreds of
+        `eps`, `stride`, `training` values: one version read per module instead); the other checks run
+        on every call as before. Checks them all now; False if one fails."""
+        self._split = None
+        if _DICT_VERSION is None or not self._value_texts:
+            return True
+        keep, skip, dicts = [], [], {}
+        for t in self._value_texts:
+            m = _module_value(t, L)
+            if m is None:
+                keep.append(t)
+            else:
+                skip.append(t)
+                dicts[id(m)] = m.__dict__
+        if not skip:
+            return True
+        rest = _exec_checks(compile(_checks_source(self._arg_texts + keep), "<airgraph.cache_compile guards>", "exec"),
+                            self.scope)
+        values = _exec_checks(compile(_checks_source(skip), "<airgraph.cache_compile guards>", "exec"), self.scope)
+        ds = tuple(dicts.values())
+        versions = list(map(_DICT_VERSION, ds))
+        if not values(L):
+            return False
+        self._split = (rest, values, ds, versions)
+        return True
 
     def why(self, L) -> str:
         """The first check that fails (for the log line of a new trace)."""
@@ -921,7 +1018,7 @@ class CacheCompiled:
         # an entry traced with its repeated blocks marked: the checks of the classes' code see them marked
         # again (guards on a marked class's forward, through transformers' registries say)
         with marked_blocks(getattr(self.fn, "__self__", None)) if e.marked else contextlib.nullcontext():
-            ok = e.checks.bind(L)
+            ok = e.checks.bind(L) and e.checks.bind_values(L)
         if not ok:
             return False
         dicts, children = _module_state(getattr(self.fn, "__self__", None))

@@ -186,6 +186,42 @@ def test_saved_entry_checks_what_it_depends_on(tmp_path):
     assert "damaged" in r["stderr"] and "mymod.py changed" in r["stderr"], r["stderr"][-3000:]
 
 
+def test_module_values_are_read_again_after_a_write(tmp_path):
+    """The values a trace read from submodules' own attributes (a norm's eps, a conv's stride) are read
+    on a call only when a module's __dict__ was written since (its version): a write deep in the tree
+    is seen, traced again, never the old graph; an unchanged model replays without reading them."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                            torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.LayerNorm(6))).eval()
+    with torch.no_grad():
+        m[1].running_var.uniform_(0.5, 2.0)
+    f = airgraph.cache_compile(m.forward, cache_dir=str(tmp_path))
+    x = torch.randn(2, 3, 8, 8)
+
+    def same():
+        with torch.no_grad():
+            torch.testing.assert_close(f(x), m(x))
+
+    same()
+    same()
+    split = f.entries[0].checks._split
+    assert split is not None and len(split[2]) >= 4, "the modules' values are not read by version"
+    assert f.counts == {**f.counts, "traces": 1, "replays": 1}, f.counts
+    m[1].eps = 0.5  # a BatchNorm's eps, read by the trace
+    same()
+    assert f.counts["traces"] == 2, f.counts
+    m[3][1].eps = 0.25  # two levels down
+    same()
+    assert f.counts["traces"] == 3, f.counts
+    m[3][1].eps = 1e-5  # back to the first entry's value: it replays
+    m[1].eps = 1e-5
+    same()
+    assert f.counts["traces"] == 3, f.counts
+    m[1].__dict__["eps"] = 0.125  # a write that bypasses __setattr__ is seen too
+    same()
+    assert f.counts["traces"] == 4, f.counts
+
+
 def test_threads_share_saved_graphs(tmp_path):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
