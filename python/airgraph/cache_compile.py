@@ -910,8 +910,8 @@ class _Entry:
         self.replay_fast = types.FunctionType(_renamed(code, {**rename, **fast}), globals_, "_call")
         self.marked = bool(data.get("marked"))  # traced with repeated blocks marked (repeated.py)
         self.bound = False  # whether its binding checks passed (CacheCompiled._bind, _still_bound)
-        # (hook dicts empty at binding, the others, their lengths; the module tree's _modules dicts and their values)
-        self.hook_state, self.children = ((), (), ()), []
+        # (hook dicts empty at binding, the others, their lengths; the module tree's _modules dicts and their versions)
+        self.hook_state, self.children = ((), (), ()), ((), [])
 
 
 def _renamed(code: types.CodeType, rename: dict) -> types.CodeType:
@@ -1024,7 +1024,9 @@ class CacheCompiled:
         dicts, children = _module_state(getattr(self.fn, "__self__", None))
         full = tuple(d for d in dicts if d)
         e.hook_state = (tuple(d for d in dicts if not d), full, tuple(map(len, full)))
-        e.children = [(d, tuple(d.values())) for d in children]
+        # (the _modules dicts by their versions, where torch reads them: a submodule set bumps its dict's)
+        kids = tuple(children)
+        e.children = (kids, list(map(_DICT_VERSION, kids)) if _DICT_VERSION else [tuple(d.values()) for d in kids])
         e.bound = True
         return True
 
@@ -1032,12 +1034,15 @@ class CacheCompiled:
     def _still_bound(e: _Entry) -> bool:
         """What binding checked still holds, read cheaply on every call: no hook added or removed
         anywhere in the module tree (or globally), and every submodule the same object (a module
-        replaced by another, of another class, binds again and traces if its checks fail). The hook
+        replaced by another, of another class, binds again and traces if its checks fail; the
+        _modules dicts are compared by version where torch reads it, else by their values). The hook
         dicts that were empty are read by truth value (most of them: one C-level `any`), the others
         by length."""
         empty, full, counts = e.hook_state
+        kids, seen = e.children
         return e.bound and not any(empty) and tuple(map(len, full)) == counts and \
-            all(tuple(d.values()) == v for d, v in e.children)
+            (list(map(_DICT_VERSION, kids)) == seen if _DICT_VERSION else
+             all(tuple(d.values()) == v for d, v in zip(kids, seen)))
 
     # -- tracing
 
