@@ -530,35 +530,36 @@ _PLAIN_VALUE = (bool, int, float, str, type(None))
 
 
 def _plain(v) -> bool:
-    return isinstance(v, _PLAIN_VALUE) or (type(v) is tuple and all(_plain(x) for x in v))
+    """A value that cannot change without a write to the dict holding it (exact types: a subclass
+    could compare by state of its own)."""
+    return type(v) in _PLAIN_VALUE or (type(v) is tuple and all(_plain(x) for x in v))
 
 
-def _module_value(text: str, L):
-    """The module whose own attribute the value check `text` compares, when the check is exactly
-    `L['fn'].__self__._modules[..]...<attr> == <constant>` and the attribute is a plain value (a number,
-    a string, None, a tuple of them) in that module's __dict__: the check cannot change its answer while
-    that dict is unchanged (any write to it bumps its version) and the module is the same object (every
-    _modules dict of the tree is compared on every call, _still_bound). None otherwise."""
-    try:
-        e = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return None
-    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], ast.Eq) and
-            isinstance(e.left, ast.Attribute) and isinstance(e.comparators[0], (ast.Constant, ast.Tuple))):
-        return None
-    node = e.left.value
-    while isinstance(node, ast.Subscript):  # ._modules['name'] hops only
-        if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str) and
-                isinstance(node.value, ast.Attribute) and node.value.attr == "_modules"):
-            return None
-        node = node.value.value
-    if ast.unparse(node) != "L['fn'].__self__":
-        return None
-    try:
-        m = eval(ast.unparse(e.left.value), {"L": L})  # noqa: S307 (the chain of _modules reads above)
-    except Exception:
-        return None
-    if not isinstance(m, torch.nn.Module) or e.left.attr not in m.__dict__ or not _plain(m.__dict__[e.left.attr]):
+# `L['fn'].__self__._modules['a']._modules['b'].attr == <literal>`: a submodule's own attribute against a
+# number, a string, True/False/None or a tuple of them (what Dynamo writes for a module's plain values)
+_LIT = r"(?:-?\d+(?:\.\d*)?(?:e[-+]?\d+)?|'[^'\\]*'|True|False|None)"
+_MODULE_VALUE = re.compile(r"L\['fn'\]\.__self__((?:\._modules\['[^'\\]*'\])*)\.([A-Za-z_]\w*) == "
+                           rf"(?:{_LIT}|\((?:{_LIT}, )*(?:{_LIT},?)?\))")
+_MODULES_HOP = re.compile(r"\._modules\['([^'\\]*)'\]")
+
+
+def _value_path(text: str):
+    """(the _modules names from L['fn'].__self__, the attribute) when `text` is a module value check
+    of that form (_MODULE_VALUE), else None."""
+    m = _MODULE_VALUE.fullmatch(text)
+    return (tuple(_MODULES_HOP.findall(m.group(1))), m.group(2)) if m else None
+
+
+def _module_value(path, root):
+    """The module whose own plain attribute (a number, a string, None, a tuple of them, in its
+    __dict__) the check of `path` (_value_path) reads under `root`: that check cannot change its
+    answer while that dict is unchanged (any write to it bumps its version) and the module is the same
+    object (every _modules dict of the tree is compared on every call, _still_bound). None otherwise."""
+    names, attr = path
+    m = root
+    for n in names:
+        m = m._modules.get(n) if isinstance(m, torch.nn.Module) else None
+    if not isinstance(m, torch.nn.Module) or attr not in m.__dict__ or not _plain(m.__dict__[attr]):
         return None
     return m
 
@@ -579,6 +580,9 @@ class _Checks:
         self.call_texts, self.bind_texts = rec["call"] + rec["values"], rec["bind"]
         self._arg_texts, self._value_texts = rec["call"], rec["values"]
         self._split = None  # (after bind_values: see there)
+        self._paths = None  # (_value_path of each value text, made on the first binding)
+        self._args = None  # (the checks of the arguments alone, made on the first binding)
+        self._rest: tuple = ((), None)  # (the value texts read on every call, their check function)
         # (the checks' source is made when the entry is traced and saved with it: a load only compiles it)
         self.sources = (rec.get("call_src") or _checks_source(self.call_texts),
                         rec.get("bind_src") or _checks_source(rec["bind"]))
@@ -615,12 +619,12 @@ class _Checks:
                 if not self._call(L):
                     return False
             else:
-                rest, values, dicts, versions = split
-                if not rest(L):
+                args, rest, dicts, versions = split
+                if not args(L) or (rest is not None and not rest(L)):
                     return False
                 now = list(map(_DICT_VERSION, dicts))
-                if now != versions:  # (a module's own attributes were written: read its values again)
-                    if not values(L):
+                if now != versions:  # (a module's own attributes were written: every check again)
+                    if not self._call(L):
                         return False
                     versions[:] = now
             return self._tensors is None or self._tensors.check(*self._get(L))
@@ -636,29 +640,34 @@ class _Checks:
     def bind_values(self, L) -> bool:
         """After bind: the value checks that read a module's own plain attribute (_module_value) are
         read on a call only when one of those modules' __dict__ versions moved (a model's hundreds of
-        `eps`, `stride`, `training` values: one version read per module instead); the other checks run
-        on every call as before. Checks them all now; False if one fails."""
+        `eps`, `stride`, `training` values: one version read per module instead; then every check runs
+        again); the others run on every call as before. Checks them all now; False if one fails."""
         self._split = None
-        if _DICT_VERSION is None or not self._value_texts:
+        root = getattr(L["fn"], "__self__", None)
+        if _DICT_VERSION is None or not self._value_texts or not isinstance(root, torch.nn.Module):
             return True
-        keep, skip, dicts = [], [], {}
-        for t in self._value_texts:
-            m = _module_value(t, L)
+        if self._paths is None:
+            self._paths = [_value_path(t) for t in self._value_texts]
+        keep, dicts = [], {}
+        for t, path in zip(self._value_texts, self._paths):
+            m = None if path is None else _module_value(path, root)
             if m is None:
                 keep.append(t)
             else:
-                skip.append(t)
                 dicts[id(m)] = m.__dict__
-        if not skip:
+        if not dicts:
             return True
-        rest = _exec_checks(compile(_checks_source(self._arg_texts + keep), "<airgraph.cache_compile guards>", "exec"),
-                            self.scope)
-        values = _exec_checks(compile(_checks_source(skip), "<airgraph.cache_compile guards>", "exec"), self.scope)
+        if self._args is None:  # (the call source's first checks: no new source to make)
+            src = _first_checks(self.sources[0], len(self._arg_texts))
+            self._args = _exec_checks(compile(src, "<airgraph.cache_compile guards>", "exec"), self.scope)
+        if self._rest[0] != keep:  # (compiled once per entry and split: a rebind finds the same one)
+            self._rest = (keep, _exec_checks(compile(_checks_source(keep), "<airgraph.cache_compile guards>", "exec"),
+                                             self.scope) if keep else None)
         ds = tuple(dicts.values())
         versions = list(map(_DICT_VERSION, ds))
-        if not values(L):
+        if not self._call(L):
             return False
-        self._split = (rest, values, ds, versions)
+        self._split = (self._args, self._rest[1], ds, versions)
         return True
 
     def why(self, L) -> str:
@@ -753,6 +762,20 @@ def _checks_source(texts: list[str]) -> str:
         expr = Hoist().visit(ast.parse(t, mode="eval")).body
         lines.append(f"if not ({ast.unparse(expr)}): return False")
     return "def _check(L):\n    try:\n" + "".join(f"        {l}\n" for l in lines) + \
+        "        return True\n    except Exception:\n        return False\n"
+
+
+def _first_checks(src: str, n: int) -> str:
+    """The function of _checks_source's text `src` cut after its first n checks (its lines run in the
+    texts' order, each text's reads before its check)."""
+    head, body = src.split("    try:\n", 1)
+    lines, kept = body.split("\n"), []
+    for line in lines:
+        if n == 0 or line.startswith("        return True"):
+            break
+        kept.append(line)
+        n -= line.startswith("        if not (")
+    return head + "    try:\n" + "".join(f"{l}\n" for l in kept) + \
         "        return True\n    except Exception:\n        return False\n"
 
 
