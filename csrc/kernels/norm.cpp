@@ -9,7 +9,9 @@
 // FP ops never trap here: lets GCC if-convert and vectorize the NaN-aware selects
 // and the vectorized exp (results are unchanged; this is not -ffast-math).
 #pragma GCC optimize("no-trapping-math")
+#include "kernels/isa.h"
 #include "kernels/reduce_util.h"
+#include "kernels/simd.h"
 
 namespace ag {
 namespace {
@@ -44,10 +46,91 @@ std::vector<TensorType> infer_rowwise(const std::vector<TensorType>& in, const A
   return {x};
 }
 
+// f32 rows [m0, m1), written once for L lanes (kernels/simd.h): four accumulators for the sums, the
+// tail a masked load (and a masked store of the result).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <int L, bool kRms>
+[[gnu::always_inline]] inline void rowwise_f32(int64_t m0, int64_t m1, int64_t N, float eps, const float* x,
+                                               const float* w, const float* bias, float* y) {
+  using F = typename simd::V<L>::F;
+  const int64_t nv = N / L * L, rem = N - nv;
+  for (int64_t m = m0; m < m1; ++m) {
+    const float* p = x + m * N;
+    float* q = y + m * N;
+    float mean = 0;
+    F v, a0{}, a1{}, a2{}, a3{};
+    int64_t i = 0;
+    if constexpr (!kRms) {
+      for (; i + 4 * L <= N; i += 4 * L) {
+        F b0, b1, b2, b3;
+        simd::load<L>(b0, p + i), simd::load<L>(b1, p + i + L), simd::load<L>(b2, p + i + 2 * L),
+            simd::load<L>(b3, p + i + 3 * L);
+        a0 += b0, a1 += b1, a2 += b2, a3 += b3;
+      }
+      for (; i < nv; i += L) simd::load<L>(v, p + i), a0 += v;
+      if (rem) simd::load_n(v, p + nv, rem), a1 += v;
+      mean = simd::hsum<L>((a0 + a1) + (a2 + a3)) / static_cast<float>(N);
+      a0 = a1 = a2 = a3 = F{};
+      i = 0;
+    }
+    for (; i + 4 * L <= N; i += 4 * L) {
+      F b0, b1, b2, b3;
+      simd::load<L>(b0, p + i), simd::load<L>(b1, p + i + L), simd::load<L>(b2, p + i + 2 * L),
+          simd::load<L>(b3, p + i + 3 * L);
+      b0 -= mean, b1 -= mean, b2 -= mean, b3 -= mean;
+      a0 += b0 * b0, a1 += b1 * b1, a2 += b2 * b2, a3 += b3 * b3;
+    }
+    for (; i < nv; i += L) simd::load<L>(v, p + i), v -= mean, a0 += v * v;
+    if (rem) simd::load_n(v, p + nv, rem), v = simd::keep_n(v - mean, rem), a1 += v * v;
+    const float var = simd::hsum<L>((a0 + a1) + (a2 + a3)) / static_cast<float>(N);
+    const float rstd = 1.f / std::sqrt(var + eps);
+    // (x - mean) * rstd [* w] [+ b] over full vectors, then the tail under a mask
+    F wv{}, bv{};
+    for (i = 0; i <= N; i += L) {
+      const int64_t n = std::min<int64_t>(L, N - i);
+      if (n == 0) break;
+      if (n == L) {
+        simd::load<L>(v, p + i);
+        if (w) simd::load<L>(wv, w + i);
+        if (bias) simd::load<L>(bv, bias + i);
+      } else {
+        simd::load_n(v, p + i, n);
+        if (w) simd::load_n(wv, w + i, n);
+        if (bias) simd::load_n(bv, bias + i, n);
+      }
+      v = (v - mean) * rstd;
+      if (w) v = v * wv;
+      if (bias) v = v + bv;
+      if (n == L) simd::store<L>(q + i, v);
+      else simd::store_n(q + i, v, n);
+    }
+  }
+}
+template <bool kRms>
+AG_WRAPPER_AVX512 void rowwise_f32_avx512(int64_t m0, int64_t m1, int64_t N, float eps, const float* x,
+                                                           const float* w, const float* bias, float* y) {
+  rowwise_f32<16, kRms>(m0, m1, N, eps, x, w, bias, y);
+}
+template <bool kRms>
+AG_WRAPPER_AVX2 void rowwise_f32_avx2(int64_t m0, int64_t m1, int64_t N, float eps, const float* x, const float* w,
+                                        const float* bias, float* y) {
+  rowwise_f32<8, kRms>(m0, m1, N, eps, x, w, bias, y);
+}
+#pragma GCC diagnostic pop
+
 template <typename T, typename W, bool kRms>
 void run_rowwise(int64_t M, int64_t N, double eps_d, const T* x, const W* w, const W* bias, T* y) {
   using A = acc_t<T>;
   const A eps = static_cast<A>(eps_d);
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<W, float>) {
+    const bool avx512 = isa::use_avx512();
+    parallel_for(M, grain_for(3 * N), [&](int64_t b, int64_t e) {
+      if (avx512) rowwise_f32_avx512<kRms>(b, e, N, eps, x, w, bias, y);
+      else rowwise_f32_avx2<kRms>(b, e, N, eps, x, w, bias, y);
+    });
+    return;
+  }
   parallel_for(M, grain_for(3 * N), [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; ++m) {
       const T* p = x + m * N;
