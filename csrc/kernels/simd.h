@@ -15,8 +15,9 @@
 #define AG_WRAPPER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"), flatten, noinline))
 #define AG_WRAPPER_AVX2 __attribute__((flatten, noinline))
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"  // (16-lane vectors outside AVX-512 code: inlined, never passed by value)
+// (16-lane vectors outside AVX-512 code: always inlined into the AVX-512 wrapper, never passed by
+// value there; the warning comes at the end of the including file, so it stays off for it)
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace ag::simd {
 
@@ -65,6 +66,15 @@ AG_TARGET_AVX512 inline void store_n(float* p, const F16& v, int64_t n) {
 [[gnu::always_inline]] inline F8 keep_n(const F8& v, int64_t n) { return (F8)((I8)v & mask8(n)); }
 AG_TARGET_AVX512 inline F16 keep_n(const F16& v, int64_t n) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>((1u << n) - 1), v);
+}
+
+// Lanes [0, n) of v, `x` in the others.
+[[gnu::always_inline]] inline F8 fill_n(const F8& v, int64_t n, float x) {
+  const F8 f = F8{} + x;
+  return mask8(n) ? v : f;
+}
+AG_TARGET_AVX512 inline F16 fill_n(const F16& v, int64_t n, float x) {
+  return _mm512_mask_mov_ps(_mm512_set1_ps(x), static_cast<__mmask16>((1u << n) - 1), v);
 }
 
 // The lanes' sum, halving the vector at each step.
@@ -131,5 +141,3 @@ template <int L>
 }
 
 }  // namespace ag::simd
-
-#pragma GCC diagnostic pop

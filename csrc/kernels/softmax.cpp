@@ -4,7 +4,9 @@
 // FP ops never trap here: lets GCC if-convert and vectorize the NaN-aware selects
 // and the vectorized exp (results are unchanged; this is not -ffast-math).
 #pragma GCC optimize("no-trapping-math")
+#include "kernels/isa.h"
 #include "kernels/reduce_util.h"
+#include "kernels/simd.h"
 
 namespace ag {
 namespace {
@@ -19,9 +21,78 @@ std::vector<TensorType> infer_softmax(const std::vector<TensorType>& in, const A
   return {in[0]};
 }
 
+// f32 rows [o0, o1), written once for L lanes (kernels/simd.h): the max over four vectors, then
+// the exponentials (stored, softmax) and their sum, then the scaling; the tail is masked (-inf past
+// the end for the max, 0 for the sum). The max is std::max's (a NaN is passed over; the exp of it
+// makes the row NaN), the exp reduce_util.h's vexp on every lane.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <int L, bool kLog>
+[[gnu::always_inline]] inline void softmax_f32(int64_t o0, int64_t o1, int64_t R, const float* x, float* y) {
+  using F = typename simd::V<L>::F;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t nv = R / L * L, rem = R - nv;
+  for (int64_t o = o0; o < o1; ++o) {
+    const float* p = x + o * R;
+    float* q = y + o * R;
+    F v, m0, m1, m2, m3;
+    simd::splat<L>(m0, kNegInf), m1 = m2 = m3 = m0;
+    int64_t i = 0;
+    for (; i + 4 * L <= R; i += 4 * L) {
+      F b0, b1, b2, b3;
+      simd::load<L>(b0, p + i), simd::load<L>(b1, p + i + L), simd::load<L>(b2, p + i + 2 * L),
+          simd::load<L>(b3, p + i + 3 * L);
+      m0 = simd::vmax(m0, b0), m1 = simd::vmax(m1, b1), m2 = simd::vmax(m2, b2), m3 = simd::vmax(m3, b3);
+    }
+    for (; i < nv; i += L) simd::load<L>(v, p + i), m0 = simd::vmax(m0, v);
+    if (rem) simd::load_n(v, p + nv, rem), m1 = simd::vmax(m1, simd::fill_n(v, rem, kNegInf));
+    const float m = simd::hmax<L>(simd::vmax(simd::vmax(m0, m1), simd::vmax(m2, m3)));
+    F s0{}, s1{};
+    for (i = 0; i < nv; i += L) {
+      simd::load<L>(v, p + i);
+      const F e = simd::vexp<L>(v - m);
+      if constexpr (!kLog) simd::store<L>(q + i, e);
+      s0 += e;
+    }
+    if (rem) {
+      simd::load_n(v, p + nv, rem);
+      const F e = simd::keep_n(simd::vexp<L>(v - m), rem);
+      if constexpr (!kLog) simd::store_n(q + nv, e, rem);
+      s1 += e;
+    }
+    const float s = simd::hsum<L>(s0 + s1);
+    if constexpr (kLog) {
+      const float ls = std::log(s);
+      for (i = 0; i < nv; i += L) simd::load<L>(v, p + i), simd::store<L>(q + i, v - m - ls);
+      if (rem) simd::load_n(v, p + nv, rem), simd::store_n(q + nv, v - m - ls, rem);
+    } else {
+      const float inv = 1.f / s;
+      for (i = 0; i < nv; i += L) simd::load<L>(v, q + i), simd::store<L>(q + i, v * inv);
+      if (rem) simd::load_n(v, q + nv, rem), simd::store_n(q + nv, v * inv, rem);
+    }
+  }
+}
+template <bool kLog>
+AG_WRAPPER_AVX512 void softmax_f32_avx512(int64_t o0, int64_t o1, int64_t R, const float* x, float* y) {
+  softmax_f32<16, kLog>(o0, o1, R, x, y);
+}
+template <bool kLog>
+AG_WRAPPER_AVX2 void softmax_f32_avx2(int64_t o0, int64_t o1, int64_t R, const float* x, float* y) {
+  softmax_f32<8, kLog>(o0, o1, R, x, y);
+}
+#pragma GCC diagnostic pop
+
 template <typename T, bool kLog>
 void softmax_rows(int64_t O, int64_t R, const T* x, T* y) {
   using A = acc_t<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    const bool avx512 = isa::use_avx512();
+    parallel_for(O, grain_for(3 * R), [&](int64_t b, int64_t e) {
+      if (avx512) softmax_f32_avx512<kLog>(b, e, R, x, y);
+      else softmax_f32_avx2<kLog>(b, e, R, x, y);
+    });
+    return;
+  }
   parallel_for(O, grain_for(3 * R), [&](int64_t b, int64_t e) {
     for (int64_t o = b; o < e; ++o) {
       const T* p = x + o * R;
