@@ -23,7 +23,9 @@
 #include "kernels/elementwise_math.h"
 #include "kernels/elementwise_rows.h"
 #include "kernels/elementwise_special.h"
+#include "kernels/isa.h"
 #include "kernels/separable_gather.h"
+#include "kernels/simd.h"
 
 namespace ag {
 namespace fe {
@@ -297,24 +299,48 @@ void gather(const ew::Plan<1>& p, const T* src, int64_t b, int64_t n, float* dst
 }
 
 template <typename F>
-inline void un(float* d, const float* a, int64_t n, F f) {
+[[gnu::always_inline]] inline void un(float* d, const float* a, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) d[i] = f(a[i]);
 }
 template <typename F>
-inline void bin(float* d, const float* a, const float* b, int64_t n, F f) {
+[[gnu::always_inline]] inline void bin(float* d, const float* a, const float* b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
 }
 
 // a unary row R over floats (R<float>), or, for a row that takes no floats (bitwise_not), over
 // bool values as bool (R<bool>) with the result as 0/1
 template <template <typename> class R, int K>
-inline void un_row(float* d, const float* a, int64_t n, const double* p) {
-  if constexpr ((K & ew::kF) != 0) {
+[[gnu::always_inline]] inline void un_row(float* d, const float* a, int64_t n, const double* p) {
+  if constexpr (std::is_same_v<R<float>, ew::Gelu<float>>) {
+    // (one loop per form: a select between both forms in the loop kept GCC from inlining the
+    // functor, and the loop ran scalar, a call an element; the same functions, the same bits)
+    if (R<float>(p).tanh_form) un(d, a, n, [](float x) { return math::gelu_tanh_(x); });
+    else un(d, a, n, [](float x) { return math::gelu_erf_(x); });
+  } else if constexpr ((K & ew::kF) != 0) {
     un(d, a, n, R<float>(p));
   } else {
     const R<bool> f(p);
     un(d, a, n, [f](float x) { return f(x != 0.0f) ? 1.0f : 0.0f; });
   }
+}
+
+// A unary row's loop compiled for AVX-512 and for the core's AVX2 (kernels/simd.h's wrappers: the
+// row's functor and math inlined into each), one source: the interpreter calls the one
+// isa::use_avx512() chose for the call. Every lane computes the same IEEE operations (no FMA is
+// formed: -ffp-contract=off; math::fmadd is an FMA under both), so both give the same bits.
+// Whether row R runs its AVX-512 variant where the ISA is AVX-512: the math rows (exp, erf, tanh, GELU,
+// ...: the wider evaluation pays); the cheap ones (add, mul, neg, compares ...) stay AVX2, which ran
+// a chain of them 7-8% faster on a Zen 4 (tiles in L1, memory-bound anyway).
+template <template <typename> class R>
+constexpr bool kWide = (R<float>::flags & ew::kMath) != 0;
+
+template <template <typename> class R, int K>
+AG_WRAPPER_AVX512 void un_row_avx512(float* d, const float* a, int64_t n, const double* p) {
+  un_row<R, K>(d, a, n, p);
+}
+template <template <typename> class R, int K>
+AG_WRAPPER_AVX2 void un_row_avx2(float* d, const float* a, int64_t n, const double* p) {
+  un_row<R, K>(d, a, n, p);
 }
 
 bool is_math(int64_t c) { return (row_flags(c) & ew::kMath) != 0; }
@@ -324,7 +350,7 @@ bool is_math(int64_t c) { return (row_flags(c) & ew::kMath) != 0; }
 // instruction's numbers.
 #define AG_FE_UN(name, kinds, ...)                \
   case kX_##name:                                 \
-    un_row<ew::R_##name, (kinds)>(d, a, n, p);    \
+    AG_FE_UN_CALL(ew::R_##name, (kinds));         \
     break;
 #define AG_FE_UN_F(name, F, kinds, ...) AG_FE_UN(name, kinds)
 #define AG_FE_PRED(name, ...)                                     \
@@ -454,17 +480,18 @@ class FusedKernel final : public Kernel {
       gather_prepare(gathers_[q], idx, ScratchLayout::at<int64_t>(ctx, gather_tab_[q]), "fused_elementwise (gathered index)");
     }
     const int64_t ntiles = (numel_ + kTile - 1) / kTile;
+    const bool avx512 = isa::use_avx512();
     // a chunk must be worth a task: about as much work as the single-op kernels' cheap grain
     const int64_t work = numel_ * std::max<int64_t>(weight_, 1);
     int64_t want = std::min<int64_t>({static_cast<int64_t>(nsets_), static_cast<int64_t>(num_threads()), ntiles,
                                       work / ew::kGrainCheap});
     if (want <= 1) {
-      run_tiles(ctx, 0, 0, ntiles, in, out);
+      run_tiles(ctx, 0, 0, ntiles, in, out, avx512);
       return;
     }
     parallel_for(want, 1, [&](int64_t cb, int64_t ce) {
       const int set = static_cast<int>(cb);  // ranges are disjoint: cb identifies the thread
-      run_tiles(ctx, set, cb * ntiles / want, ce * ntiles / want, in, out);
+      run_tiles(ctx, set, cb * ntiles / want, ce * ntiles / want, in, out, avx512);
     });
   }
 
@@ -517,7 +544,8 @@ class FusedKernel final : public Kernel {
     }
   }
 
-  void run_tiles(const RunCtx& ctx, int set, int64_t t0, int64_t t1, void* const* in, void* const* out) const {
+  void run_tiles(const RunCtx& ctx, int set, int64_t t0, int64_t t1, void* const* in, void* const* out,
+                 bool avx512) const {
     float* base = ScratchLayout::at<float>(ctx, mem_) + static_cast<size_t>(set) * nbuf_ * kTile;
     const float** sp = ScratchLayout::at<const float*>(ctx, ptrs_) + static_cast<size_t>(set) * nslots_;
     for (int s = 0; s < nslots_; ++s) sp[s] = slot_buf_[s] >= 0 ? base + slot_buf_[s] * kTile : nullptr;
@@ -539,7 +567,10 @@ class FusedKernel final : public Kernel {
         }
         load(i, in[i], b, n, base + slot_buf_[i] * kTile, ctx);
       }
-      for (const Op& op : ops_) exec(op, sp, sv, base + op.dst * kTile, n);
+      if (avx512)
+        for (const Op& op : ops_) exec<true>(op, sp, sv, base + op.dst * kTile, n);
+      else
+        for (const Op& op : ops_) exec<false>(op, sp, sv, base + op.dst * kTile, n);
       for (size_t j = 0; j < out_slot_.size(); ++j) store(out_dt_[j], sp[out_slot_[j]], out[j], b, n);
     }
   }
@@ -570,7 +601,7 @@ class FusedKernel final : public Kernel {
 
   // binary op f over tiles or one-element values
   template <typename F>
-  static void bin2(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n, F f) {
+  [[gnu::always_inline]] static inline void bin2(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n, F f) {
     if (!op.sa && !op.sb) {
       bin(d, sp[op.a], sp[op.b], n, f);
     } else if (!op.sa) {
@@ -590,7 +621,7 @@ class FusedKernel final : public Kernel {
   // a binary or compare row R: over floats (R<float>), or over bool operands as bool (R<bool>,
   // the single-op kernel's compute type for bool), the result as 0/1
   template <template <typename> class R, int K>
-  static void bin_row(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
+  [[gnu::always_inline]] static inline void bin_row(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
     if constexpr ((K & ew::kB) != 0) {
       if (op.on_bool) {
         const R<bool> f(op.p);
@@ -607,6 +638,19 @@ class FusedKernel final : public Kernel {
     }
   }
 
+  // binary and compare rows: as un_row_avx512 / un_row_avx2
+  template <template <typename> class R, int K>
+  AG_WRAPPER_AVX512 static void bin_row_avx512(const Op& op, const float* const* sp, const float* sv, float* d,
+                                               int64_t n) {
+    bin_row<R, K>(op, sp, sv, d, n);
+  }
+  template <template <typename> class R, int K>
+  AG_WRAPPER_AVX2 static void bin_row_avx2(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
+    bin_row<R, K>(op, sp, sv, d, n);
+  }
+
+  // One instruction over a tile; the rows' loops run the kAvx512 variant (see un_row_avx512).
+  template <bool kAvx512>
   static void exec(const Op& op, const float* const* sp, const float* sv, float* d, int64_t n) {
     const float* a = sp[op.a];
     const float* b = op.b >= 0 ? sp[op.b] : nullptr;
@@ -622,9 +666,10 @@ class FusedKernel final : public Kernel {
       case kFma:
         for (int64_t i = 0; i < n; ++i) d[i] = math::fmadd(a[i], b[i], c[i]);
         break;
-#define AG_FE_BIN(name, kinds, ...)                     \
-  case kX_##name:                                       \
-    bin_row<ew::R_##name, (kinds)>(op, sp, sv, d, n);   \
+#define AG_FE_BIN(name, kinds, ...)                                              \
+  case kX_##name:                                                                \
+    if constexpr (kAvx512 && kWide<ew::R_##name>) bin_row_avx512<ew::R_##name, (kinds)>(op, sp, sv, d, n); \
+    else bin_row_avx2<ew::R_##name, (kinds)>(op, sp, sv, d, n);                  \
     break;
 #define AG_FE_FORM(name, op_, kinds, ...) AG_FE_BIN(name, kinds)
       AG_EW_BINARY_OPS(AG_FE_BIN)
@@ -634,10 +679,16 @@ class FusedKernel final : public Kernel {
 #undef AG_FE_FORM
       default: {
         const double* p = op.p;
+#define AG_FE_UN_CALL(R, K)                        \
+  do {                                             \
+    if constexpr (kAvx512 && kWide<R>) un_row_avx512<R, K>(d, a, n, p); \
+    else un_row_avx2<R, K>(d, a, n, p);            \
+  } while (0)
         switch (op.code) {
           AG_FE_UNARY_CASES
           default: fail("fused_elementwise: unknown instruction code ", op.code);
         }
+#undef AG_FE_UN_CALL
       }
     }
     if (op.round == 1) {
@@ -669,10 +720,19 @@ std::unique_ptr<Kernel> make_fused(const Node& n, const BuildCtx& ctx) { return 
 
 bool value_dtype_ok(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::b8; }
 
-// (also built for AVX-512, chosen at load time where the CPU has it: the epilogues run here after
-// oneDNN's AVX-512 GEMMs; each lane computes the same IEEE operations, so the result is the same)
-__attribute__((target_clones("arch=x86-64-v4", "default")))
+// (the rows' loops in their AVX-512 or AVX2 variant, un_row_avx512: the epilogues run here after
+// oneDNN's GEMMs; each lane computes the same IEEE operations, so the result is the same)
 void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t n) {
+  const bool avx512 = isa::use_avx512();
+#define AG_FE_UN_CALL(R, K)                                          \
+  do {                                                               \
+    if constexpr (kWide<R>) {                                        \
+      if (avx512) un_row_avx512<R, K>(d, a, n, p);                   \
+      else un_row_avx2<R, K>(d, a, n, p);                            \
+    } else {                                                         \
+      un_row_avx2<R, K>(d, a, n, p);                                 \
+    }                                                                \
+  } while (0)
   switch (code) {
     AG_FE_UNARY_CASES
     default:
@@ -683,6 +743,7 @@ void run_unary(int64_t code, const double* p, float* d, const float* a, int64_t 
       }
       fail("fused_elementwise: ", code, " is not a unary instruction code");
   }
+#undef AG_FE_UN_CALL
 }
 
 bool encode(const Node& n, FusedInstr* o) {

@@ -24,6 +24,7 @@
 #include "passes/passes.h"
 #include "runtime/executor.h"
 #include "check_op.h"
+#include "op_rows.h"
 
 namespace ag {
 namespace {
@@ -244,6 +245,53 @@ TEST(KernelIsa, FusedElementwiseSameBitsEveryIsa) {
   }
 }
 
+// Every row of kernels/elementwise_ops.h (each attribute setting) as its instruction alone in a
+// fused_elementwise node, on the rows' special and ordinary values and a spread of random ones, 1000
+// elements (and a one-element operand on either side of a binary row), f32 and bf16: the same bits
+// under both ISAs. (The op-row tests compare the fused instruction with the single-op kernel, which
+// is AVX2, at the CPU's choice.)
+TEST(KernelIsa, EveryFusedRowSameBitsEveryIsa) {
+  if (!isa::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const int64_t n = 1000;
+  std::vector<float> xs = test::random_tensor(TensorType(DType::f32, {n}), 51).floats(), ys = xs;
+  const std::vector<float> v = test::row_values();
+  const int64_t m = static_cast<int64_t>(v.size());
+  for (int64_t i = 0; i < m * m && i < n; ++i) xs[i] = v[i / m], ys[i] = v[i % m];  // every pair of specials
+  for (int64_t i = 0; i < n; i += 3) ys[i] *= 0.01f;  // (values near 0 for the series branches)
+  int checked = 0;
+  for (int arity : {1, 2})
+    for (const OpDef* d : test::rows_of(arity))
+      for (const Attrs& a : test::row_settings(d->name))
+        for (DType t : {DType::f32, DType::bf16}) {
+          std::vector<std::vector<TensorType>> shapes{{TensorType(t, {n}), TensorType(t, {n})}};
+          if (arity == 2) shapes.push_back({TensorType(t, {n}), TensorType(t, {})}), shapes.push_back({TensorType(t, {}), TensorType(t, {n})});
+          for (auto types : shapes) {
+            types.resize(arity);
+            Graph g1, g2;
+            if (!test::row_graphs(d, a, types, &g1, &g2)) continue;
+            std::vector<test::Tensor> data;
+            std::vector<const void*> ptrs;
+            for (int j = 0; j < arity; ++j) {
+              const std::vector<float>& src = j ? ys : xs;
+              data.push_back(test::from_floats(types[j], types[j].numel() == 1 ? std::vector<float>{src[7]} : src));
+              ptrs.push_back(data.back().data());
+            }
+            std::vector<test::Tensor> outs;
+            for (int which : {isa::kAvx2, isa::kAvx512}) {
+              IsaScope s(which);
+              Graph g;  // (a fresh copy: compile_and_run runs the verifier on the graph it is given)
+              test::row_graphs(d, a, types, &g1, &g);
+              outs.push_back(test::compile_and_run(g, ptrs, nullptr).outs.at(0));
+            }
+            EXPECT_TRUE(test::same(outs[1], outs[0], test::Tol::exact_bits()))
+                << d->name << " {" << a.str() << "} " << dtype_name(t) << " " << shape_str(types[0].shape())
+                << (arity == 2 ? " " + shape_str(types[1].shape()) : "") << ": avx512 vs avx2";
+            ++checked;
+          }
+        }
+  EXPECT_GE(checked, 100);
+}
+
 // ---- timings ---------------------------------------------------------------------------------
 struct Timed {
   std::shared_ptr<Program> prog;
@@ -308,6 +356,9 @@ TEST(KernelIsa, Bench) {
   for (const Chain& c : kChains)
     cases.push_back({std::string("fused ") + c.name + " 128x3072", {f32({128, 3072}), f32({3072})},
                      [&c](Graph& g, const std::vector<Value*>& v) { return c.f(g, v[0], v[1]); }});
+  for (int i : {2, 3})  // (the cheap chains in L2: 16 rows)
+    cases.push_back({std::string("fused ") + kChains[i].name + " 16x3072", {f32({16, 3072}), f32({3072})},
+                     [i](Graph& g, const std::vector<Value*>& v) { return kChains[i].f(g, v[0], v[1]); }});
   std::printf("%-36s %10s %10s %8s   (us per call, median, %d thread(s))\n", "kernel", "avx2", "avx512", "ratio",
               num_threads());
   for (auto& c : cases) {
