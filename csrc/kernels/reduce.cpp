@@ -70,6 +70,9 @@ struct AnyAllOp {
   static Acc comb(Acc a, Acc b) { return kAny ? (a | b) : (a & b); }
 };
 
+// kLanes independent accumulators; the tail goes into the first lanes, then the lanes are
+// combined as a tree (halves at a time: vector operations, not kLanes dependent steps). (AVX2 only: an
+// AVX-512 variant of the f32 rows ran sums 0-4% faster and amax 35-40% slower on a Zen 4.)
 template <class Op, typename Tin>
 inline typename Op::Acc reduce_row(const Tin* p, int64_t n) {
   using Acc = typename Op::Acc;
@@ -80,10 +83,13 @@ inline typename Op::Acc reduce_row(const Tin* p, int64_t n) {
   for (; i + kLanes <= n; i += kLanes)
 #pragma omp simd
     for (int j = 0; j < kLanes; ++j) a[j] = Op::comb(a[j], Op::conv(p[i + j]));
-  Acc r = Op::init();
-  for (int j = 0; j < kLanes; ++j) r = Op::comb(r, a[j]);
-  for (; i < n; ++i) r = Op::comb(r, Op::conv(p[i]));
-  return r;
+  const int rest = static_cast<int>(n - i);
+#pragma omp simd
+  for (int j = 0; j < rest; ++j) a[j] = Op::comb(a[j], Op::conv(p[i + j]));
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+#pragma omp simd
+    for (int j = 0; j < w; ++j) a[j] = Op::comb(a[j], a[j + w]);
+  return a[0];
 }
 
 template <class Op, typename Tout>

@@ -184,6 +184,33 @@ TEST(KernelIsa, SoftmaxSpecialValues) {
   }
 }
 
+// ---- row reductions (AVX2 only: no AVX-512 variant paid; the rows' tails and lane tree) -----------
+TEST(KernelIsa, ReductionRowsEveryTail) {
+  for (int64_t N : kLens)
+    for (const char* op : {"sum", "mean", "amax", "amin"})
+      for (int special = 0; special < 3; ++special) {
+        const TensorType xt(DType::f32, {3, N});
+        const test::Tensor x = with_values(xt, 17, [&](std::vector<float>& v) {
+          if (special == 1) v[N + N / 2] = NAN;       // row 1: NaN
+          if (special == 2) v[2 * N + N - 1] = -INFINITY;  // row 2: -inf at the tail's end
+        });
+        const auto xf = x.floats();
+        std::vector<double> want(3);
+        const std::string o(op);
+        for (int64_t m = 0; m < 3; ++m) {
+          double s = 0, mx = -INFINITY, mn = INFINITY;
+          bool nan = false;
+          for (int64_t i = 0; i < N; ++i) {
+            const double v = xf[m * N + i];
+            s += v, nan |= std::isnan(v), mx = std::max(mx, v), mn = std::min(mn, v);
+          }
+          want[m] = o == "sum" ? s : o == "mean" ? s / N : nan ? NAN : o == "amax" ? mx : mn;
+        }
+        auto r = test::run_op(op, {x}, attrs({{"dims", std::vector<int64_t>{-1}}}));
+        EXPECT_TRUE(test::all_close(r.out(), want, {1e-5, 1e-6})) << op << " N " << N << " special " << special;
+      }
+}
+
 // ---- fused elementwise: the same bits under both ISAs ----------------------------------------
 Value* node(Graph& g, const std::string& name, std::vector<Value*> in, Attrs a = {}) {
   return g.add_node(name, in, std::move(a))->out();
@@ -353,6 +380,12 @@ TEST(KernelIsa, Bench) {
   for (auto [H, S] : {std::pair<int64_t, int64_t>{12, 128}, {12, 197}})
     cases.push_back({"softmax 12x" + std::to_string(S) + "x" + std::to_string(S), {f32({H, S, S})},
                      [](Graph& g, const std::vector<Value*>& v) { return node(g, "softmax", v, attrs({{"dim", int64_t{-1}}})); }});
+  for (const char* r : {"sum", "mean", "amax"})
+    for (int64_t N : {768, 3072})
+      cases.push_back({std::string(r) + " 128x" + std::to_string(N) + " dim -1", {f32({128, N})},
+                       [r](Graph& g, const std::vector<Value*>& v) {
+                         return node(g, r, v, attrs({{"dims", std::vector<int64_t>{-1}}, {"keepdim", true}}));
+                       }});
   for (const Chain& c : kChains)
     cases.push_back({std::string("fused ") + c.name + " 128x3072", {f32({128, 3072}), f32({3072})},
                      [&c](Graph& g, const std::vector<Value*>& v) { return c.f(g, v[0], v[1]); }});
