@@ -42,8 +42,10 @@
 
 #include "kernels/attention.h"
 #include "kernels/common.h"
+#include "kernels/isa.h"
 #include "kernels/onednn_util.h"
 #include "kernels/reduce_util.h"
+#include "kernels/simd.h"
 
 namespace ag {
 namespace {
@@ -339,19 +341,41 @@ class SdpaKernel final : public Kernel {
       a.qk.set(DNNL_ARG_SRC, const_cast<float*>(Q + c0 * rows * E_));
       g.qk.run(a.qk, pad);
       // softmax over each score row's w columns (keys lo..hi), in place: scale, mask, causality
+      const bool avx512 = isa::use_avx512();
       parallel_for(nb * rows, std::max<int64_t>(1, 8192 / w), [&](int64_t rb, int64_t re) {
-        for (int64_t r = rb; r < re; ++r) {
-          const int64_t bhk = c0 + r / rows, gi = r % rows, b = bhk / Hk_, h = (bhk % Hk_) * G_ + gi / L_,
-                        i = gi % L_;
-          const M* mrow = nullptr;
-          if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] + lo * mstr_[3];
-          const int64_t lim = causal_ ? std::clamp<int64_t>(i + 1 - lo, 0, w) : w;
-          softmax_row(scores + r * S_, mrow, lim, w);
-        }
+        if (avx512) softmax_rows_avx512(rb, re, c0, mask, lo, w, scores);
+        else softmax_rows_avx2(rb, re, c0, mask, lo, w, scores);
       });
       a.pv.set(DNNL_ARG_DST, Oc);
       g.pv.run(a.pv, pad);
     }
+  }
+
+  // Score rows [rb, re) of a chunk starting at pair c0 (keys lo..lo + w): softmax_row each, written
+  // once for L lanes and compiled for AVX-512 (L = 16) and AVX2 (L = 8) (kernels/simd.h's wrappers:
+  // the exp, its sum and the scaling run 16 lanes wide on AVX-512, tails masked; the sums in
+  // another order). The mask and max pass (scale_mask_max) is AVX2 under both.
+  template <int L, typename M>
+  [[gnu::always_inline]] inline void softmax_rows(int64_t rb, int64_t re, int64_t c0, const M* mask, int64_t lo,
+                                                  int64_t w, float* scores) const {
+    const int64_t rows = G_ * L_;
+    for (int64_t r = rb; r < re; ++r) {
+      const int64_t bhk = c0 + r / rows, gi = r % rows, b = bhk / Hk_, h = (bhk % Hk_) * G_ + gi / L_, i = gi % L_;
+      const M* mrow = nullptr;
+      if (mask) mrow = mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] + lo * mstr_[3];
+      const int64_t lim = causal_ ? std::clamp<int64_t>(i + 1 - lo, 0, w) : w;
+      softmax_row<L>(scores + r * S_, mrow, lim, w);
+    }
+  }
+  template <typename M>
+  AG_WRAPPER_AVX512 void softmax_rows_avx512(int64_t rb, int64_t re, int64_t c0, const M* mask, int64_t lo, int64_t w,
+                                             float* scores) const {
+    softmax_rows<16>(rb, re, c0, mask, lo, w, scores);
+  }
+  template <typename M>
+  AG_WRAPPER_AVX2 void softmax_rows_avx2(int64_t rb, int64_t re, int64_t c0, const M* mask, int64_t lo, int64_t w,
+                                         float* scores) const {
+    softmax_rows<8>(rb, re, c0, mask, lo, w, scores);
   }
 
   // p[j] <- p[j] * scale + mask[j] (one fused multiply-add; -inf where a bool mask drops key j)
@@ -424,17 +448,43 @@ class SdpaKernel final : public Kernel {
 
   // p[0..w) <- softmax(p * scale + mask) over keys [0, lim), 0 beyond (causal);
   // a row whose keys are all masked becomes 0 (so its output row is 0).
-  template <typename M>
-  void softmax_row(float* p, const M* mrow, int64_t lim, int64_t w) const {
+  // (L lanes: exp_sum_v and the scaling; see softmax_rows)
+  template <int L, typename M>
+  [[gnu::always_inline]] inline void softmax_row(float* p, const M* mrow, int64_t lim, int64_t w) const {
+    using F = typename simd::V<L>::F;
     const float mx = scale_mask_max(p, mrow, lim);
     std::fill(p + lim, p + w, 0.f);
     if (mx == -std::numeric_limits<float>::infinity()) {
       std::fill(p, p + lim, 0.f);
       return;
     }
-    const float inv = 1.f / exp_sum(p, lim, mx);
-#pragma omp simd
-    for (int64_t j = 0; j < lim; ++j) p[j] *= inv;
+    const float inv = 1.f / exp_sum_v<L>(p, lim, mx);
+    F v;
+    int64_t j = 0;
+    for (; j + L <= lim; j += L) simd::load<L>(v, p + j), simd::store<L>(p + j, v * inv);
+    if (j < lim) simd::load_n(v, p + j, lim - j), simd::store_n(p + j, v * inv, lim - j);
+  }
+  // exp_sum on L lanes (simd::vexp, the same polynomial), the tail masked.
+  template <int L>
+  [[gnu::always_inline]] static inline float exp_sum_v(float* p, int64_t n, float mx) {
+    using F = typename simd::V<L>::F;
+    F s0{}, s1{}, v;
+    int64_t j = 0;
+    for (; j + 2 * L <= n; j += 2 * L) {
+      F u;
+      simd::load<L>(v, p + j), simd::load<L>(u, p + j + L);
+      v = simd::vexp<L>(v - mx), u = simd::vexp<L>(u - mx);
+      simd::store<L>(p + j, v), simd::store<L>(p + j + L, u);
+      s0 += v, s1 += u;
+    }
+    for (; j + L <= n; j += L) simd::load<L>(v, p + j), v = simd::vexp<L>(v - mx), simd::store<L>(p + j, v), s0 += v;
+    if (j < n) {
+      simd::load_n(v, p + j, n - j);
+      v = simd::keep_n(simd::vexp<L>(v - mx), n - j);
+      simd::store_n(p + j, v, n - j);
+      s1 += v;
+    }
+    return simd::hsum<L>(s0 + s1);
   }
 
   // One query row qf against keys [j0, j1) of its key head (Kh, Vh; mrow: the

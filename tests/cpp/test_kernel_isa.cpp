@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <tuple>
 
 #include "base/parallel.h"
 #include "ir/graph.h"
@@ -182,6 +183,58 @@ TEST(KernelIsa, SoftmaxSpecialValues) {
       if (outs.size() == 2) EXPECT_TRUE(test::same(outs[1], outs[0], {1e-6, 2e-6})) << "N " << N;
     }
   }
+}
+
+// ---- attention's GEMM path: the softmax pass between the GEMMs ----------------------------------
+// q [1, 2, L, 16] against S keys (L = S), no mask / causal / a bool mask / an additive float mask
+// with -inf, against a double-precision reference, under both ISAs.
+TEST(KernelIsa, SdpaSoftmaxPassEveryIsaAndTail) {
+  const int64_t H = 2, E = 16;
+  for (int64_t S : {7, 15, 16, 17, 33, 197})
+    for (int kind = 0; kind < 4; ++kind) {  // 0 none, 1 causal, 2 bool mask, 3 float mask
+      const int64_t L = S;
+      auto q = test::randn(H * L * E, 61), k = test::randn(H * S * E, 62), v = test::randn(H * S * E, 63);
+      std::vector<uint8_t> mb(L * S);
+      std::vector<float> mf(L * S);
+      for (int64_t i = 0; i < L * S; ++i) {
+        mb[i] = (i * 7919) % 10 < 7 || i % S == 0;  // (every row keeps key 0)
+        mf[i] = mb[i] ? 0.1f * static_cast<float>(i % 5) : -INFINITY;
+      }
+      std::vector<double> want(H * L * E);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(E));
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < L; ++i) {
+          std::vector<double> sc(S, -INFINITY);
+          double mx = -INFINITY;
+          for (int64_t j = 0; j < S; ++j) {
+            if (kind == 1 && j > i) continue;
+            if (kind >= 2 && !mb[i * S + j]) continue;
+            double d = 0;
+            for (int64_t e = 0; e < E; ++e) d += double(q[(h * L + i) * E + e]) * k[(h * S + j) * E + e];
+            sc[j] = d * scale + (kind == 3 ? mf[i * S + j] : 0.0);
+            mx = std::max(mx, sc[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < S; ++j) sum += sc[j] == -INFINITY ? 0.0 : std::exp(sc[j] - mx);
+          for (int64_t e = 0; e < E; ++e) {
+            double o = 0;
+            for (int64_t j = 0; j < S; ++j)
+              if (sc[j] != -INFINITY) o += std::exp(sc[j] - mx) / sum * v[(h * S + j) * E + e];
+            want[(h * L + i) * E + e] = o;
+          }
+        }
+      std::vector<test::Arg> args{{TensorType(DType::f32, {1, H, L, E}), q.data()},
+                                  {TensorType(DType::f32, {1, H, S, E}), k.data()},
+                                  {TensorType(DType::f32, {1, H, S, E}), v.data()}};
+      if (kind == 2) args.push_back({TensorType(DType::b8, {1, 1, L, S}), mb.data()});
+      if (kind == 3) args.push_back({TensorType(DType::f32, {1, 1, L, S}), mf.data()});
+      for (int which : isas()) {
+        IsaScope sc(which);
+        auto r = test::run_op("sdpa", args, attrs({{"is_causal", kind == 1}, {"has_mask", kind >= 2}}));
+        ASSERT_EQ(r.got.kernels.at(0).rfind("sdpa_gemm", 0), 0u) << r.got.kernels[0];
+        EXPECT_TRUE(test::all_close(r.out(), want, {2e-5, 2e-5})) << isa_name(which) << " S " << S << " kind " << kind;
+      }
+    }
 }
 
 // ---- row reductions (AVX2 only: no AVX-512 variant paid; the rows' tails and lane tree) -----------
@@ -380,6 +433,12 @@ TEST(KernelIsa, Bench) {
   for (auto [H, S] : {std::pair<int64_t, int64_t>{12, 128}, {12, 197}})
     cases.push_back({"softmax 12x" + std::to_string(S) + "x" + std::to_string(S), {f32({H, S, S})},
                      [](Graph& g, const std::vector<Value*>& v) { return node(g, "softmax", v, attrs({{"dim", int64_t{-1}}})); }});
+  for (auto [L, S, causal] : {std::tuple<int64_t, int64_t, bool>{1, 128, false}, {1, 512, false}, {128, 128, false}, {197, 197, false}, {128, 128, true}})
+    cases.push_back({"sdpa 12x" + std::to_string(L) + "x64 S " + std::to_string(S) + (causal ? " causal" : ""),
+                     {f32({1, 12, L, 64}), f32({1, 12, S, 64}), f32({1, 12, S, 64})},
+                     [causal](Graph& g, const std::vector<Value*>& v) {
+                       return node(g, "sdpa", v, attrs({{"is_causal", causal}, {"has_mask", false}}));
+                     }});
   for (const char* r : {"sum", "mean", "amax"})
     for (int64_t N : {768, 3072})
       cases.push_back({std::string(r) + " 128x" + std::to_string(N) + " dim -1", {f32({128, N})},
