@@ -14,6 +14,7 @@
 #include "base/parallel.h"
 #include "ir/dtype.h"
 #include "kernels/epilogue.h"
+#include "kernels/isa.h"
 
 namespace ag::gemv {
 
@@ -270,7 +271,7 @@ void run(const float* xf, const W* w, int64_t M, int64_t N, int64_t K, const flo
   // One row of x: eight weight rows at a time (rows_dot: eight accumulators share each load of x,
   // the loop is bound by reading W, which this keeps streaming). More rows of x: dot4_rows, which
   // reads each weight once for all of them.
-  const bool avx512 = has_avx512();
+  const bool avx512 = isa::use_avx512();  // (the CPU's, unless AIRGRAPH_KERNEL_ISA=avx2 or a test forces one)
   parallel_for(N, std::max<int64_t>(4, 65536 / std::max<int64_t>(K, 1)), [&](int64_t nb, int64_t ne) {
     if (M > 1) {
       alignas(64) float tile[4 * kChunk];
