@@ -1,4 +1,4 @@
-#pragma GCC optimize("no-trapping-math")  // same codegen assumptions as the single-op elementwise kernels
+#pragma GCC optimize("no-trapping-math", "align-loops=32")  // same codegen assumptions as the single-op elementwise kernels; loops 32-byte aligned (below)
 // fused_elementwise: interprets a small program (see fused_elementwise.h) tile
 // by tile. The output's flat index range is cut into tiles of kTile elements;
 // threads take contiguous runs of tiles. For each tile, every input is brought
@@ -328,6 +328,9 @@ template <template <typename> class R, int K>
 // row's functor and math inlined into each), one source: the interpreter calls the one
 // isa::use_avx512() chose for the call. Every lane computes the same IEEE operations (no FMA is
 // formed: -ffp-contract=off; math::fmadd is an FMA under both), so both give the same bits.
+// (Loops start 32-byte aligned in this file, the pragma on its first line: where a row's loop lay in
+// the binary moved a mul/add/mul chain's time by 20-25% on a Zen 4, 102-108 or 135 us a call on
+// 128x3072, with the same code.)
 // Whether row R runs its AVX-512 variant where the ISA is AVX-512: the math rows (exp, erf, tanh, GELU,
 // ...: the wider evaluation pays); the cheap ones (add, mul, neg, compares ...) stay AVX2, which ran
 // a chain of them 7-8% faster on a Zen 4 (tiles in L1, memory-bound anyway).

@@ -7,7 +7,8 @@
 //
 // KernelIsa.Bench times each kernel under both ISAs, interleaved in one process, on the zoo's
 // transformer shapes at batch 1; it runs only with AIRGRAPH_ISA_BENCH=1 (then
-// AIRGRAPH_ISA_BENCH_THREADS, default 1, sets the thread count).
+// AIRGRAPH_ISA_BENCH_THREADS, default 1, sets the thread count; AIRGRAPH_ISA_BENCH_ONLY=text times
+// the kernels whose names contain it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -453,7 +454,9 @@ TEST(KernelIsa, Bench) {
                      [i](Graph& g, const std::vector<Value*>& v) { return kChains[i].f(g, v[0], v[1]); }});
   std::printf("%-36s %10s %10s %8s   (us per call, median, %d thread(s))\n", "kernel", "avx2", "avx512", "ratio",
               num_threads());
+  const char* only = std::getenv("AIRGRAPH_ISA_BENCH_ONLY");  // (a part of the kernels' names)
   for (auto& c : cases) {
+    if (only && c.name.find(only) == std::string::npos) continue;
     Timed t = prepare(c.in, c.f);
     Executor ex(t.prog);
     double best[2] = {1e30, 1e30};
