@@ -86,10 +86,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline int32_t dot1_u8s8(
 
 #pragma GCC diagnostic pop
 
-inline bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
 inline bool has_avx512_vnni() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vnni");

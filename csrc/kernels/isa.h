@@ -13,7 +13,7 @@ namespace ag::isa {
 enum : int { kAuto = -1, kAvx2 = 0, kAvx512 = 1 };
 
 inline bool cpu_has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f")) && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   return yes;
 }

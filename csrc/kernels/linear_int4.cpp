@@ -41,6 +41,7 @@
 
 #include "kernels/common.h"
 #include "kernels/int8_rows.h"
+#include "kernels/isa.h"
 #include "kernels/onednn_util.h"
 
 #define AG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
@@ -542,12 +543,6 @@ bool cpu_has_vnni_vbmi() {
   return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
 }
 
-bool cpu_has_avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-}
-
 const char* isa_name(Isa i) { return i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "scalar"; }
 
 class LinearInt4Kernel final : public Kernel {
@@ -568,7 +563,7 @@ class LinearInt4Kernel final : public Kernel {
     g_ = n.attrs.i("group_size");
     parse_layout(n.attrs.s("layout"), &layout_);
     const std::string isa = n.attrs.s("isa", "auto");
-    const bool has512 = cpu_has_avx512();
+    const bool has512 = isa::cpu_has_avx512();
     isa_ = isa == "scalar" ? Isa::Scalar : (isa == "avx2" || !has512) ? Isa::Avx2 : Isa::Avx512;
     const int64_t KB = g_ ? K_ / g_ : 0;
     if (t_ != DType::f32) {

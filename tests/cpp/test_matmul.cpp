@@ -153,7 +153,7 @@ template <typename W>
 void check_gemv_rows(int64_t N, int64_t K, const std::vector<float>& wf, const std::vector<W>& w) {
   auto x = randn(K, 41);
   for (int isa = 0; isa < 2; ++isa) {
-    if (isa == 1 && !gemv::has_avx512()) continue;
+    if (isa == 1 && !isa::cpu_has_avx512()) continue;  // (the AVX2 rows only)
     std::vector<float> y(static_cast<size_t>(N) + 2, -7.f);
     const int64_t nb = N > 3 ? 1 : 0;  // (a range that does not start at row 0)
     if (isa == 0) gemv::rows_avx2(x.data(), w.data(), K, nb, N, y.data());
