@@ -657,9 +657,9 @@ class _Checks:
                 dicts[id(m)] = m.__dict__
         if not dicts:
             return True
-        if self._args is None:  # (the call source's first checks: no new source to make)
-            src = _first_checks(self.sources[0], len(self._arg_texts))
-            self._args = _exec_checks(compile(src, "<airgraph.cache_compile guards>", "exec"), self.scope)
+        if self._args is None:  # (the arguments' checks alone: a short source, compiled once per entry)
+            self._args = _exec_checks(compile(_checks_source(self._arg_texts), "<airgraph.cache_compile guards>",
+                                              "exec"), self.scope)
         if self._rest[0] != keep:  # (compiled once per entry and split: a rebind finds the same one)
             self._rest = (keep, _exec_checks(compile(_checks_source(keep), "<airgraph.cache_compile guards>", "exec"),
                                              self.scope) if keep else None)
@@ -762,20 +762,6 @@ def _checks_source(texts: list[str]) -> str:
         expr = Hoist().visit(ast.parse(t, mode="eval")).body
         lines.append(f"if not ({ast.unparse(expr)}): return False")
     return "def _check(L):\n    try:\n" + "".join(f"        {l}\n" for l in lines) + \
-        "        return True\n    except Exception:\n        return False\n"
-
-
-def _first_checks(src: str, n: int) -> str:
-    """The function of _checks_source's text `src` cut after its first n checks (its lines run in the
-    texts' order, each text's reads before its check)."""
-    head, body = src.split("    try:\n", 1)
-    lines, kept = body.split("\n"), []
-    for line in lines:
-        if n == 0 or line.startswith("        return True"):
-            break
-        kept.append(line)
-        n -= line.startswith("        if not (")
-    return head + "    try:\n" + "".join(f"{l}\n" for l in kept) + \
         "        return True\n    except Exception:\n        return False\n"
 
 
