@@ -448,7 +448,7 @@ class SdpaKernel final : public Kernel {
 
   // p[0..w) <- softmax(p * scale + mask) over keys [0, lim), 0 beyond (causal);
   // a row whose keys are all masked becomes 0 (so its output row is 0).
-  // (L lanes: exp_sum_v and the scaling; see softmax_rows)
+  // (L lanes: simd::exp_sum and the scaling; see softmax_rows)
   template <int L, typename M>
   [[gnu::always_inline]] inline void softmax_row(float* p, const M* mrow, int64_t lim, int64_t w) const {
     using F = typename simd::V<L>::F;
@@ -458,33 +458,11 @@ class SdpaKernel final : public Kernel {
       std::fill(p, p + lim, 0.f);
       return;
     }
-    const float inv = 1.f / exp_sum_v<L>(p, lim, mx);
+    const float inv = 1.f / simd::exp_sum<L>(p, p, lim, mx);
     F v;
     int64_t j = 0;
     for (; j + L <= lim; j += L) simd::load<L>(v, p + j), simd::store<L>(p + j, v * inv);
     if (j < lim) simd::load_n(v, p + j, lim - j), simd::store_n(p + j, v * inv, lim - j);
-  }
-  // exp_sum on L lanes (simd::vexp, the same polynomial), the tail masked.
-  template <int L>
-  [[gnu::always_inline]] static inline float exp_sum_v(float* p, int64_t n, float mx) {
-    using F = typename simd::V<L>::F;
-    F s0{}, s1{}, v;
-    int64_t j = 0;
-    for (; j + 2 * L <= n; j += 2 * L) {
-      F u;
-      simd::load<L>(v, p + j), simd::load<L>(u, p + j + L);
-      v = simd::vexp<L>(v - mx), u = simd::vexp<L>(u - mx);
-      simd::store<L>(p + j, v), simd::store<L>(p + j + L, u);
-      s0 += v, s1 += u;
-    }
-    for (; j + L <= n; j += L) simd::load<L>(v, p + j), v = simd::vexp<L>(v - mx), simd::store<L>(p + j, v), s0 += v;
-    if (j < n) {
-      simd::load_n(v, p + j, n - j);
-      v = simd::keep_n(simd::vexp<L>(v - mx), n - j);
-      simd::store_n(p + j, v, n - j);
-      s1 += v;
-    }
-    return simd::hsum<L>(s0 + s1);
   }
 
   // One query row qf against keys [j0, j1) of its key head (Kh, Vh; mrow: the

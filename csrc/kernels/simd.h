@@ -140,4 +140,31 @@ template <int L>
   return r;
 }
 
+// q[j] <- exp(p[j] - m) for j in [0, n) (q may be p; kStore false: nothing is stored); returns their sum,
+// two accumulators over pairs of vectors, the tail masked. Softmax and attention's softmax pass share it.
+template <int L, bool kStore = true>
+[[gnu::always_inline]] inline float exp_sum(const float* p, float* q, int64_t n, float m) {
+  using F = typename V<L>::F;
+  F s0{}, s1{}, v, u;
+  int64_t j = 0;
+  for (; j + 2 * L <= n; j += 2 * L) {
+    load<L>(v, p + j), load<L>(u, p + j + L);
+    v = vexp<L>(v - m), u = vexp<L>(u - m);
+    if constexpr (kStore) store<L>(q + j, v), store<L>(q + j + L, u);
+    s0 += v, s1 += u;
+  }
+  for (; j + L <= n; j += L) {
+    load<L>(v, p + j), v = vexp<L>(v - m);
+    if constexpr (kStore) store<L>(q + j, v);
+    s0 += v;
+  }
+  if (j < n) {
+    load_n(v, p + j, n - j);
+    v = keep_n(vexp<L>(v - m), n - j);
+    if constexpr (kStore) store_n(q + j, v, n - j);
+    s1 += v;
+  }
+  return hsum<L>(s0 + s1);
+}
+
 }  // namespace ag::simd

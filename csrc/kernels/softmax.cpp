@@ -47,20 +47,7 @@ template <int L, bool kLog>
     for (; i < nv; i += L) simd::load<L>(v, p + i), m0 = simd::vmax(m0, v);
     if (rem) simd::load_n(v, p + nv, rem), m1 = simd::vmax(m1, simd::fill_n(v, rem, kNegInf));
     const float m = simd::hmax<L>(simd::vmax(simd::vmax(m0, m1), simd::vmax(m2, m3)));
-    F s0{}, s1{};
-    for (i = 0; i < nv; i += L) {
-      simd::load<L>(v, p + i);
-      const F e = simd::vexp<L>(v - m);
-      if constexpr (!kLog) simd::store<L>(q + i, e);
-      s0 += e;
-    }
-    if (rem) {
-      simd::load_n(v, p + nv, rem);
-      const F e = simd::keep_n(simd::vexp<L>(v - m), rem);
-      if constexpr (!kLog) simd::store_n(q + nv, e, rem);
-      s1 += e;
-    }
-    const float s = simd::hsum<L>(s0 + s1);
+    const float s = simd::exp_sum<L, !kLog>(p, q, R, m);
     if constexpr (kLog) {
       const float ls = std::log(s);
       for (i = 0; i < nv; i += L) simd::load<L>(v, p + i), simd::store<L>(q + i, v - m - ls);
