@@ -70,7 +70,7 @@ from . import cache as _cache
 from ._version import __version__
 from .config import CompilerConfig
 from .graph_types import InputMismatch, phases_text, sum_phases
-from .repeated import bound_marked_forward, is_marked, marked_blocks
+from .repeated import StandInError, bound_marked_forward, cache_snapshot, is_marked, marked_blocks, pin_cache_heads
 from .saved_graph import SavedGraph, artifact
 
 log = logging.getLogger("airgraph")
@@ -1097,9 +1097,13 @@ class CacheCompiled:
                 # the repeated blocks (config.repeated_blocks, repeated.py): marked while Dynamo traces
                 marking = marked_blocks(getattr(self.fn, "__self__", None)) if self._mark_blocks \
                     else contextlib.nullcontext(())
+                snapshot, restore = cache_snapshot(args, kwargs) if self._mark_blocks else ((), None)
+                # (a DynamicCache's head sizes pinned, its layers' lengths are the only sizes that
+                # duck sizing can merge: one symbol for all, so that one layer's region serves the next)
+                duck = self._mark_blocks and pin_cache_heads(args, kwargs)
                 breaks = sum(_dynamo_utils.counters["graph_break"].values())
                 with torch._dynamo.config.patch(specialize_float=True, skip_nnmodule_hook_guards=False), \
-                        _shapes_config.patch(use_duck_shape=False), _Progress(self.__qualname__, rec), \
+                        _shapes_config.patch(use_duck_shape=duck), _Progress(self.__qualname__, rec), \
                         marking as marked:
                     rec.marked = [c.__qualname__ for c in marked]
                     try:
@@ -1108,7 +1112,17 @@ class CacheCompiled:
                         if not rec.marked:
                             raise
                         # Dynamo failed while tracing the marked blocks (torch 2.13's stamping out of a region
-                        # with symbolic sizes can: KeyError in stamp_out_subgraph): the frame did not run
+                        # with symbolic sizes can: KeyError in stamp_out_subgraph); should part of the frame
+                        # have run, a DynamicCache goes back as it was
+                        if snapshot:
+                            restore()
+                        failed = e
+                    except StandInError as e:
+                        # a marked block wanted more of its DynamicCache than the stand-in has (the frame
+                        # may have run in part, after a graph break): the cache goes back as it was
+                        if not rec.marked or not snapshot:
+                            raise
+                        restore()
                         failed = e
                 if rec.marked and "out" not in locals():
                     self._mark_blocks = False
@@ -1356,7 +1370,8 @@ def cache_compile(fn=None, *, cache_dir: str | None = None, config: CompilerConf
     A bound method of a module: with config.repeated_blocks="auto" (the default) its repeated layers
     (an nn.ModuleList of >= 2 modules of one class) are marked as torch.compiler.nested_compile_region
     while Dynamo traces, so that Dynamo and AOTAutograd trace one layer, not N (a 12-layer RoBERTa's
-    first call: 6.2 -> 3.4 s); never a call handed a KV cache (airgraph/repeated.py)."""
+    first call: 6.2 -> 3.4 s), decoder layers handed a DynamicCache too, through a stand-in for their
+    own cache layer; other caches run unmarked (airgraph/repeated.py)."""
     if fn is None:
         return lambda f: CacheCompiled(f, cache_dir, config, dynamic)
     return CacheCompiled(fn, cache_dir, config, dynamic)

@@ -98,8 +98,8 @@ class CompilerConfig:
     cache_dir: str = field(default_factory=default_cache_dir)
     # Repeated blocks traced once (airgraph.cache_compile only, which controls the trace): "auto" marks
     # the layers of every nn.ModuleList of >= 2 modules of one class under the compiled module with
-    # torch.compiler.nested_compile_region while Dynamo traces (the instances' forward, restored after;
-    # never a call handed a KV cache: its update is a side effect Dynamo breaks the graph on), so that
+    # torch.compiler.nested_compile_region while Dynamo traces (the class's forward, restored after; a
+    # block handed a DynamicCache gets a stand-in for its own cache layer, other caches run unmarked), so that
     # Dynamo and AOTAutograd trace one layer instead of N; the backend inlines the calls again before
     # lowering (the engine graph is the unmarked one). A marked trace that broke the graph anyway traces
     # unmarked from then on. "off" marks nothing (AIRGRAPH_REPEATED_BLOCKS). Plain torch.compile cannot

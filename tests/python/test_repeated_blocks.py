@@ -1,7 +1,7 @@
 """Repeated blocks traced once: torch.compiler.nested_compile_region's invoke_subgraph calls are
 lowered natively (inlined before lowering: no fallback, the engine graph of the unmarked model), and
 airgraph.cache_compile marks a model's ModuleList layers itself while tracing (repeated_blocks="auto"),
-never a call handed a KV cache."""
+decoder layers handed a transformers DynamicCache included (through a stand-in for their own cache layer)."""
 import contextlib
 import json
 import os
@@ -194,25 +194,89 @@ def test_marking_is_restored_and_skips_what_it_must():
     assert repeated_blocks(model) == []
 
 
-def test_decoder_handed_a_kv_cache_is_not_marked(tmp_path):
+DECODER = r"""
+import json, sys, torch, transformers, airgraph
+cache_dir, variant = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+kw = dict(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+          num_key_value_heads=2, max_position_embeddings=128)
+if variant == "sliding":  # a DynamicCache of DynamicSlidingWindowLayers and DynamicLayers: the first run unmarked
+    kw.update(use_sliding_window=True, sliding_window=6, max_window_layers=1,
+              layer_types=["full_attention", "sliding_attention", "full_attention"])
+model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw)).eval()
+gen = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
+if variant == "static":  # a StaticCache (updated in place): not a DynamicCache, its layers run unmarked
+    gen["cache_implementation"] = "static"
+prompts = [torch.randint(3, 200, (1, n), generator=torch.Generator().manual_seed(n)) for n in (9, 12)]
+with torch.no_grad():
+    want = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
+    model.forward = airgraph.cache_compile(model.forward, cache_dir=cache_dir, dynamic=True)
+    got = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
+print("RESULT " + json.dumps({"equal": got == want, "got": got, "want": want, "counts": model.forward.counts,
+                              "unsaved": model.forward.unsaved,
+                              "restored": not hasattr(transformers.models.qwen2.modeling_qwen2.Qwen2DecoderLayer.forward,
+                                                      "_airgraph_marked")}))
+"""
+
+
+@pytest.mark.parametrize("variant", ["dynamic", "sliding", "static"])
+def test_generate_with_a_kv_cache_marks_decoder_layers_and_replays(tmp_path, variant):
+    """generate() hands every layer the DynamicCache: a marked layer gets a stand-in for its own cache
+    layer (its keys and values in and out of the region as tensors), so the 3 layers are traced once,
+    prefill and decode; tokens equal eager's for two prompt lengths, and a new process replays the
+    saved entries without Dynamo. Caches it cannot serve (sliding-window layers, a StaticCache) run
+    those layers unmarked, with the same tokens."""
+    first = _run(DECODER, str(tmp_path), variant)
+    assert first["equal"], first
+    assert first["restored"], first
+    c = first["counts"]
+    if variant == "dynamic":
+        assert c["marked"] == c["traces"] == 2, c  # prefill and decode: each graph held the layers as regions
+    if variant == "static":
+        assert c["marked"] == 0, c  # a StaticCache: every layer ran unmarked (inlined)
+    if variant == "sliding":
+        # the sliding-window mask leaves a region in PyTorch under dynamic=True (marked or not), so
+        # these graphs are not saved and a new process traces again: tokens are what this checks
+        assert c["traces"] >= 1 and c["saved"] == 0, c
+        return
+    assert first["unsaved"] is None and c["traces"] >= 1 and c["saved"] == c["traces"], c
+    again = _run(DECODER, str(tmp_path), variant)
+    assert again["equal"], again
+    assert again["counts"]["traces"] == 0 and again["counts"]["replays"] >= 10, again["counts"]
+
+
+def test_stand_in_cache_refuses_what_it_cannot_serve(tmp_path, caplog):
+    """A block that asks its cache for more than its own layer's update (here the whole cache's
+    layers) makes the marked trace fail: the DynamicCache is put back as it was, the call is traced
+    again unmarked, and the tokens still equal eager's (a wrong cache state would change them)."""
+    from transformers.models.qwen2 import modeling_qwen2
+
+    class Peeking(modeling_qwen2.Qwen2DecoderLayer):
+        def forward(self, hidden_states, *args, **kwargs):
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            if cache is not None:
+                hidden_states = hidden_states + 0.0 * len(cache.layers)
+            return super().forward(hidden_states, *args, **kwargs)
+
     torch._dynamo.reset()
     torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    cfg = transformers.Qwen2Config(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
     model = transformers.Qwen2ForCausalLM(cfg).eval()
+    layers = torch.nn.ModuleList(Peeking(cfg, i) for i in range(3))
+    layers.load_state_dict(model.model.layers.state_dict())
+    model.model.layers = layers
     ids = torch.randint(3, 200, (1, 9), generator=torch.Generator().manual_seed(2))
     kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5,
               do_sample=False, pad_token_id=0)
-    with torch.no_grad():
+    with torch.no_grad(), caplog.at_level("INFO", logger="airgraph"):
         want = model.generate(**kw).tolist()
         model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path))
         got = model.generate(**kw).tolist()
     assert got == want
-    counts = model.forward.counts
-    # every call is handed the DynamicCache: its layers run unmarked (no region, no graph break) and are saved
-    assert counts["marked"] == 0 and counts["traces"] >= 1 and counts["saved"] == counts["traces"], counts
-    assert model.forward.unsaved is None
-    assert not hasattr(transformers.models.qwen2.modeling_qwen2.Qwen2DecoderLayer.forward, "_airgraph_marked")
+    assert "Dynamo failed on the marked repeated blocks" in caplog.text, caplog.text[-3000:]
+    assert model.forward.counts["marked"] == 0, model.forward.counts
+    assert not hasattr(Peeking.forward, "_airgraph_marked")
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
