@@ -88,8 +88,11 @@ class FunctionalKV:
                            "one layer of a DynamicCache does not have")
 
     def update(self, key_states, value_states, *args, **kwargs):
-        if self.keys is None:  # (DynamicLayer's lazy start: torch.cat of an empty tensor and the states)
-            self.keys, self.values = key_states, value_states
+        if self.keys is None:
+            # DynamicLayer's lazy start (torch.cat of an empty tensor and the states) makes new tensors:
+            # so do these copies (GPT-2's keys and values are views of one tensor, and a region's
+            # outputs must not alias each other)
+            self.keys, self.values = key_states.clone(), value_states.clone()
         else:
             self.keys = torch.cat([self.keys, key_states], dim=-2)
             self.values = torch.cat([self.values, value_states], dim=-2)

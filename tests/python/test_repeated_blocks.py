@@ -245,6 +245,34 @@ def test_generate_with_a_kv_cache_marks_decoder_layers_and_replays(tmp_path, var
     assert again["counts"]["traces"] == 0 and again["counts"]["replays"] >= 10, again["counts"]
 
 
+def _tiny_decoder(family):
+    torch.manual_seed(0)
+    if family == "gpt2":
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=200, n_embd=64, n_layer=3, n_head=4,
+                                                                    n_positions=128)).eval()
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128)).eval()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_generate_marks_other_decoder_families(tmp_path, family):
+    """GPT-2 (its keys and values are views of one tensor: the stand-in's first update copies them,
+    as DynamicLayer's does, so the region's outputs do not alias) and Llama: both traces marked,
+    tokens equal eager's for two prompt lengths."""
+    torch._dynamo.reset()
+    model = _tiny_decoder(family)
+    gen = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
+    prompts = [torch.randint(3, 200, (1, n), generator=torch.Generator().manual_seed(n)) for n in (9, 13)]
+    with torch.no_grad():
+        want = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
+        model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path), dynamic=True)
+        got = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
+    assert got == want
+    c = model.forward.counts
+    assert c["marked"] == c["traces"] == c["saved"] == 2, c
+
+
 def test_stand_in_cache_refuses_what_it_cannot_serve(tmp_path, caplog):
     """A block that asks its cache for more than its own layer's update (here the whole cache's
     layers) makes the marked trace fail: the DynamicCache is put back as it was, the call is traced
