@@ -117,6 +117,18 @@ def kv_index(block):
     return None
 
 
+_KV_ONE_LAYER: dict[type, bool] = {}  # class -> every marked block of it holds one cache layer index (marked_blocks)
+
+
+def _one_cache_layer(block) -> bool:
+    """Whether every `layer_idx` in the block (its attention's and any other submodule's) is the one
+    kv_index gives: a block with two cache layers (two attentions updating different indices) cannot
+    be served by a stand-in for one layer, and would be served wrongly without this check."""
+    idx = kv_index(block)
+    return idx is None or all(getattr(m, "layer_idx", idx) == idx for m in block.modules()
+                              if type(getattr(m, "layer_idx", None)) is int)
+
+
 def _dynamic_layers(cache):
     """A transformers DynamicCache's plain DynamicLayers (the ones kv regions serve), else ()."""
     if not _dynamic_cache(cache):
@@ -213,13 +225,13 @@ def marked_forward(cls: type):
 
         kv_region = torch.compiler.nested_compile_region(kv_body)
         FunctionalKV_, kv_index_, data_types = FunctionalKV, kv_index, (torch.Tensor, int)  # (closures, not globals)
-        dynamic_cache, dynamic_layer = _dynamic_cache, _dynamic_layer
+        dynamic_cache, dynamic_layer, kv_one_layer = _dynamic_cache, _dynamic_layer, _KV_ONE_LAYER
 
         def with_cache(self, cache, slot, args, kwargs):
             # a transformers DynamicCache of plain DynamicLayers, and the block's attention's own
             # layer index (see _kv_index): the layer's keys and values go through the region as tensors
             idx = kv_index_(self)
-            if idx is None or not dynamic_cache(cache) or getattr(cache, "offloading", True) \
+            if idx is None or not kv_one_layer.get(type(self), False) or not dynamic_cache(cache) or getattr(cache, "offloading", True) \
                     or idx >= len(cache.layers) or not dynamic_layer(cache.layers[idx]):
                 return fwd(self, *args, **kwargs)
             layer = cache.layers[idx]
@@ -339,7 +351,7 @@ def marked_blocks(module):
     wrong result even with backend="eager"; transformers' GradientCheckpointingLayer happens to be
     spared). Other instances of the class see the marked forward meanwhile, which runs exactly as
     the class's own outside Dynamo (nested_compile_region is a no-op in eager)."""
-    classes, unwrapped = [], []
+    classes, unwrapped, seen_kv = [], [], set()
     with _LOCK:
         try:
             for group in repeated_blocks(module):
@@ -351,6 +363,11 @@ def marked_blocks(module):
                     continue  # (forward inherited: the class itself defines none to swap)
                 cls.forward = fwd
                 classes.append(cls)
+            for group in repeated_blocks(module) if classes else ():
+                cls = type(group[0])
+                ok = all(_one_cache_layer(b) for b in group)
+                _KV_ONE_LAYER[cls] = ok and (_KV_ONE_LAYER[cls] if cls in seen_kv else True)
+                seen_kv.add(cls)
             if classes:
                 for c in _kernel_wrapped(module, classes):
                     c.forward = vars(c)["forward"].__wrapped__

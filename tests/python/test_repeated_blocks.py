@@ -273,6 +273,33 @@ def test_generate_marks_other_decoder_families(tmp_path, family):
     assert c["marked"] == c["traces"] == c["saved"] == 2, c
 
 
+def test_block_with_two_cache_layer_indices_runs_unmarked(tmp_path):
+    """A block holding attentions of two layer indices (a stand-in serves one cache layer, and the
+    index a block updates is not checked inside the region): its calls with a cache run unmarked."""
+    from transformers.models.qwen2 import modeling_qwen2
+
+    class TwoIndices(modeling_qwen2.Qwen2DecoderLayer):
+        def __init__(self, config, layer_idx):
+            super().__init__(config, layer_idx)
+            self.other = modeling_qwen2.Qwen2Attention(config, (layer_idx + 1) % config.num_hidden_layers)
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    model.model.layers = torch.nn.ModuleList(TwoIndices(cfg, i) for i in range(3)).eval()
+    ids = torch.randint(3, 200, (1, 9), generator=torch.Generator().manual_seed(2))
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, min_new_tokens=4,
+              do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(**kw).tolist()
+        model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path))
+        got = model.generate(**kw).tolist()
+    assert got == want
+    assert model.forward.counts["marked"] == 0 and model.forward.counts["traces"] >= 1, model.forward.counts
+
+
 def test_stand_in_cache_refuses_what_it_cannot_serve(tmp_path, caplog):
     """A block that asks its cache for more than its own layer's update (here the whole cache's
     layers) makes the marked trace fail: the DynamicCache is put back as it was, the call is traced
