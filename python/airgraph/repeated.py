@@ -28,8 +28,9 @@ attention): that layer's keys and values go into the region as tensors, the stan
 as DynamicLayer.update does (torch.cat), and they come back out as outputs, which the marked forward
 puts into the cache outside the region. The prefill (layers not initialized) and the decode steps
 are each traced once for all layers. Any other cache (StaticCache, sliding-window or quantized
-layers, offloading, several cache arguments, a layer that shares another's cache) runs its call
-unmarked; a block that asks the stand-in for more than its update and length raises StandInError,
+layers, offloading, several cache arguments, a layer that shares another's cache, a block whose
+submodules hold two layer indices) runs its call unmarked; a block that asks the stand-in for
+anything but its update raises StandInError,
 and cache_compile puts the cache back as it was (its layers replace their tensors, never write into
 them) and traces the call again unmarked. Decided per call, while tracing, so that a layer class
 that takes an optional cache (transformers' BERT and RoBERTa layers take `cache`, None in an
