@@ -30,9 +30,8 @@ puts into the cache outside the region. The prefill (layers not initialized) and
 are each traced once for all layers. Any other cache (StaticCache, sliding-window or quantized
 layers, offloading, several cache arguments, a layer that shares another's cache, a block whose
 submodules hold two layer indices) runs its call unmarked; a block that asks the stand-in for
-anything but its update raises StandInError,
-and cache_compile puts the cache back as it was (its layers replace their tensors, never write into
-them) and traces the call again unmarked. Decided per call, while tracing, so that a layer class
+anything but its update raises StandInError, and cache_compile puts the cache back as it was (its
+layers replace their tensors, never write into them) and traces the call again unmarked. Decided per call, while tracing, so that a layer class
 that takes an optional cache (transformers' BERT and RoBERTa layers take `cache`, None in an
 encoder) is marked when it gets none. If a marked trace breaks the graph anyway, cache_compile's
 later calls trace unmarked (the call itself is not run again: its side effects have happened); if
@@ -230,10 +229,11 @@ def marked_forward(cls: type):
 
         def with_cache(self, cache, slot, args, kwargs):
             # a transformers DynamicCache of plain DynamicLayers, and the block's attention's own
-            # layer index (see _kv_index): the layer's keys and values go through the region as tensors
+            # layer index (see kv_index): the layer's keys and values go through the region as tensors
             idx = kv_index_(self)
-            if idx is None or not kv_one_layer.get(type(self), False) or not dynamic_cache(cache) or getattr(cache, "offloading", True) \
-                    or idx >= len(cache.layers) or not dynamic_layer(cache.layers[idx]):
+            if idx is None or not kv_one_layer.get(type(self), False) or not dynamic_cache(cache) \
+                    or getattr(cache, "offloading", True) or idx >= len(cache.layers) \
+                    or not dynamic_layer(cache.layers[idx]):
                 return fwd(self, *args, **kwargs)
             layer = cache.layers[idx]
             # (the cache itself does not enter the region: the stand-in takes its place in there)
@@ -355,7 +355,8 @@ def marked_blocks(module):
     classes, unwrapped, seen_kv = [], [], set()
     with _LOCK:
         try:
-            for group in repeated_blocks(module):
+            groups = repeated_blocks(module)
+            for group in groups:
                 cls = type(group[0])
                 if cls in classes:
                     continue
@@ -364,7 +365,7 @@ def marked_blocks(module):
                     continue  # (forward inherited: the class itself defines none to swap)
                 cls.forward = fwd
                 classes.append(cls)
-            for group in repeated_blocks(module) if classes else ():
+            for group in groups if classes else ():
                 cls = type(group[0])
                 ok = all(_one_cache_layer(b) for b in group)
                 _KV_ONE_LAYER[cls] = ok and (_KV_ONE_LAYER[cls] if cls in seen_kv else True)
