@@ -245,14 +245,40 @@ def test_generate_with_a_kv_cache_marks_decoder_layers_and_replays(tmp_path, var
     assert again["counts"]["traces"] == 0 and again["counts"]["replays"] >= 10, again["counts"]
 
 
+_DECODER_KW = dict(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                   num_key_value_heads=2, max_position_embeddings=128)
+
+
 def _tiny_decoder(family):
     torch.manual_seed(0)
     if family == "gpt2":
         return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=200, n_embd=64, n_layer=3, n_head=4,
                                                                     n_positions=128)).eval()
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128)).eval()
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**_DECODER_KW)).eval()
+
+
+def _qwen2_with_layers(layer_cls):
+    """A 3-layer Qwen2 whose decoder layers are `layer_cls(config, index)`, with the plain layers' weights."""
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(**_DECODER_KW)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    layers = torch.nn.ModuleList(layer_cls(cfg, i) for i in range(cfg.num_hidden_layers))
+    layers.load_state_dict(model.model.layers.state_dict(), strict=False)
+    model.model.layers = layers.eval()
+    return model
+
+
+def _eager_then_cache_compiled(model, tmp_path, lengths, new_tokens=5):
+    """Greedy generate() of prompts of these lengths, in eager and then with model.forward
+    cache_compile'd (dynamic=True): (eager's tokens, cache_compile's tokens)."""
+    torch._dynamo.reset()
+    gen = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    prompts = [torch.randint(3, 200, (1, n), generator=torch.Generator().manual_seed(n)) for n in lengths]
+    with torch.no_grad():
+        want = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
+        model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path), dynamic=True)
+        got = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
+    return want, got
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -260,14 +286,8 @@ def test_generate_marks_other_decoder_families(tmp_path, family):
     """GPT-2 (its keys and values are views of one tensor: the stand-in's first update copies them,
     as DynamicLayer's does, so the region's outputs do not alias) and Llama: both traces marked,
     tokens equal eager's for two prompt lengths."""
-    torch._dynamo.reset()
     model = _tiny_decoder(family)
-    gen = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
-    prompts = [torch.randint(3, 200, (1, n), generator=torch.Generator().manual_seed(n)) for n in (9, 13)]
-    with torch.no_grad():
-        want = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
-        model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path), dynamic=True)
-        got = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
+    want, got = _eager_then_cache_compiled(model, tmp_path, (9, 13))
     assert got == want
     c = model.forward.counts
     assert c["marked"] == c["traces"] == c["saved"] == 2, c
@@ -283,19 +303,8 @@ def test_block_with_two_cache_layer_indices_runs_unmarked(tmp_path):
             super().__init__(config, layer_idx)
             self.other = modeling_qwen2.Qwen2Attention(config, (layer_idx + 1) % config.num_hidden_layers)
 
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    model = transformers.Qwen2ForCausalLM(cfg).eval()
-    model.model.layers = torch.nn.ModuleList(TwoIndices(cfg, i) for i in range(3)).eval()
-    ids = torch.randint(3, 200, (1, 9), generator=torch.Generator().manual_seed(2))
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, min_new_tokens=4,
-              do_sample=False, pad_token_id=0)
-    with torch.no_grad():
-        want = model.generate(**kw).tolist()
-        model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path))
-        got = model.generate(**kw).tolist()
+    model = _qwen2_with_layers(TwoIndices)
+    want, got = _eager_then_cache_compiled(model, tmp_path, (9,), new_tokens=4)
     assert got == want
     assert model.forward.counts["marked"] == 0 and model.forward.counts["traces"] >= 1, model.forward.counts
 
@@ -313,21 +322,9 @@ def test_stand_in_cache_refuses_what_it_cannot_serve(tmp_path, caplog):
                 hidden_states = hidden_states + 0.0 * len(cache.layers)
             return super().forward(hidden_states, *args, **kwargs)
 
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    model = transformers.Qwen2ForCausalLM(cfg).eval()
-    layers = torch.nn.ModuleList(Peeking(cfg, i) for i in range(3))
-    layers.load_state_dict(model.model.layers.state_dict())
-    model.model.layers = layers
-    ids = torch.randint(3, 200, (1, 9), generator=torch.Generator().manual_seed(2))
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5,
-              do_sample=False, pad_token_id=0)
-    with torch.no_grad(), caplog.at_level("INFO", logger="airgraph"):
-        want = model.generate(**kw).tolist()
-        model.forward = airgraph.cache_compile(model.forward, cache_dir=str(tmp_path))
-        got = model.generate(**kw).tolist()
+    model = _qwen2_with_layers(Peeking)
+    with caplog.at_level("INFO", logger="airgraph"):
+        want, got = _eager_then_cache_compiled(model, tmp_path, (9,))
     assert got == want
     assert "Dynamo failed on the marked repeated blocks" in caplog.text, caplog.text[-3000:]
     assert model.forward.counts["marked"] == 0, model.forward.counts
