@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .config import CompilerConfig
 from .graph_types import CompileReport
-from .lower import take_input_writes, take_passthrough_outputs
+from .lower import size_value, take_input_writes, take_passthrough_outputs
 from .lowering import bound_sizes
 from .partition import compile_partitioned
 from .pipeline import compile_lowered, observers_for
@@ -92,12 +92,13 @@ def _writing_inputs(run, writes):
 
 
 def with_passthrough(run, taken):
-    """The boxed callable of a graph whose pass-through outputs were taken out
-    (lower.take_passthrough_outputs): puts each argument back at its output index."""
+    """The boxed callable of a graph whose number outputs were taken out
+    (lower.take_passthrough_outputs): puts each argument, or each size computed from the arguments,
+    back at its output index."""
     def call(args):
         outs = list(run(args))
         for k, p in taken:  # (ascending output indices: each lands where it was)
-            outs.insert(k, args[p])
+            outs.insert(k, args[p] if type(p) is int else size_value(p, args))
         return outs
 
     return _boxed_like(call, run)

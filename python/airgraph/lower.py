@@ -10,6 +10,7 @@ PyTorch traced (never a silent wrong result).
 from __future__ import annotations
 
 import logging
+import operator
 
 import torch
 import torch.fx
@@ -246,19 +247,85 @@ def take_input_writes(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
     return writes
 
 
-def take_passthrough_outputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
-    """Takes out of the graph's outputs the inputs it returns as they came that are no tensors (a
-    size: a static-cache prefill returns one): the engine holds tensors only, so such an output
-    would put the whole graph in PyTorch's hands. Returns (output index, argument position) pairs,
-    kept in gm.meta["airgraph_passthrough"]; the caller puts the arguments back (compiler.with_passthrough).
-    The input writes' output indices (gm.meta["airgraph_input_writes"]) are renumbered to match."""
+# The size arithmetic a size output may be computed with (size_program): FX targets by the names a
+# program records, and what each does on the call's numbers.
+_SIZE_OPS = {
+    "add": (operator.add, 2), "sub": (operator.sub, 2), "mul": (operator.mul, 2), "floordiv": (operator.floordiv, 2),
+    "mod": (operator.mod, 2), "neg": (operator.neg, 1), "sym_max": (max, 2), "sym_min": (min, 2),
+    "sym_size": (lambda t, d: t.size(d), 2), "sym_stride": (lambda t, d: t.stride(d), 2),
+    "sym_numel": (lambda t: t.numel(), 1), "sym_storage_offset": (lambda t: t.storage_offset(), 1),
+}
+_SIZE_TARGETS = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.floordiv: "floordiv",
+    operator.mod: "mod", operator.neg: "neg", torch.sym_max: "sym_max", torch.sym_min: "sym_min",
+    torch.ops.aten.sym_size.int: "sym_size", torch.ops.aten.sym_stride.int: "sym_stride",
+    torch.ops.aten.sym_numel.default: "sym_numel", torch.ops.aten.sym_storage_offset.default: "sym_storage_offset",
+}
+
+
+def size_program(out: torch.fx.Node, phs: dict) -> list | None:
+    """The steps that compute the integer size output `out` from the graph's arguments, or None where
+    one of them is not plain size arithmetic (size_value runs them). A step is [op name, operands];
+    an operand is ["a", argument position], ["s", an earlier step] or a Python int."""
+    steps: list = []
+    done: dict = {}
+
+    def operand(a):
+        if isinstance(a, torch.fx.Node):
+            if a in phs:
+                return ["a", phs[a]]
+            k = visit(a)
+            return None if k is None else ["s", k]
+        return a if type(a) is int else None  # (a float or a flag: not size arithmetic)
+
+    def visit(n):
+        if n in done:
+            return done[n]
+        name = _SIZE_TARGETS.get(n.target) if n.op == "call_function" and not n.kwargs else None
+        if name is None or len(n.args) != _SIZE_OPS[name][1]:
+            return None
+        ops = [operand(a) for a in n.args]
+        if any(o is None for o in ops):
+            return None
+        steps.append([name, ops])
+        done[n] = len(steps) - 1
+        return done[n]
+
+    if not isinstance(out.meta.get("val"), (torch.SymInt, int)) or visit(out) is None:
+        return None
+    return steps
+
+
+def size_value(steps: list, args) -> int:
+    """The value of a size_program for the call's arguments."""
+    vals: list = []
+    for name, ops in steps:
+        xs = [o if not isinstance(o, list) else args[o[1]] if o[0] == "a" else vals[o[1]] for o in ops]
+        vals.append(_SIZE_OPS[name][0](*xs))
+    return vals[-1]
+
+
+def take_passthrough_outputs(gm: torch.fx.GraphModule) -> list[tuple[int, int | list]]:
+    """Takes out of the graph's outputs the numbers it returns (the engine holds tensors only, so such
+    an output would put the whole graph in PyTorch's hands): inputs returned as they came (a size: a
+    static-cache prefill returns one), and integer sizes computed from the arguments' sizes and
+    numbers (a sliding-window cache layer's `cumulative_length += seq_len`: `s0 + s1`). Returns
+    (output index, argument position or size_program) pairs, kept in gm.meta["airgraph_passthrough"];
+    the caller puts the values back (compiler.with_passthrough). The input writes' output indices
+    (gm.meta["airgraph_input_writes"]) are renumbered to match."""
     phs = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     if not isinstance(out_node.args[0], (list, tuple)):
         return []
     outs = list(out_node.args[0])
-    taken = [(k, phs[o]) for k, o in enumerate(outs) if isinstance(o, torch.fx.Node) and o in phs
-             and not is_tensor_meta(o.meta.get("val")) and o.meta.get("val") is not None]
+    taken = []
+    for k, o in enumerate(outs):
+        if not isinstance(o, torch.fx.Node) or is_tensor_meta(o.meta.get("val")) or o.meta.get("val") is None:
+            continue
+        if o in phs:
+            taken.append((k, phs[o]))
+        elif (steps := size_program(o, phs)) is not None:
+            taken.append((k, steps))
     if not taken:
         return []
     gone = {k for k, _ in taken}

@@ -149,11 +149,14 @@ class SymbolicEngineGraph:
         """The recorded graph, instantiated at other sizes, must equal the FX graph lowered at those
         sizes (same nodes, shapes and attributes). Candidates: every symbol different (a size taken
         from the wrong symbol shows), then all shifted together (symbols the model keeps equal, such
-        as a KV cache's key and value lengths, stay equal); the first whose lowering succeeds and
-        where the recorded decisions hold is compared."""
+        as a KV cache's key and value lengths, stay equal), then the same below the traced sizes; the
+        first whose lowering succeeds and where the recorded decisions hold is compared."""
         hint = key[: len(self.symbols)]
-        candidates = ([h + 1 + i for i, h in enumerate(hint)], [2 * h + 3 + i for i, h in enumerate(hint)],
-                      [h + 1 for h in hint], [2 * h for h in hint], [h + 8 for h in hint])
+        candidates = [[h + 1 + i for i, h in enumerate(hint)], [2 * h + 3 + i for i, h in enumerate(hint)],
+                      [h + 1 for h in hint], [2 * h for h in hint], [h + 8 for h in hint]]
+        # and below the traced sizes, for decisions that bound a size from above (a sliding-window cache
+        # shorter than its window); never under 2 (Dynamo specializes sizes 0 and 1)
+        candidates += [c for c in ([h - 1 - i for i, h in enumerate(hint)], [h - 1 for h in hint]) if min(c) >= 2]
         for sizes in candidates:
             if not rec.holds_at(sizes):
                 continue

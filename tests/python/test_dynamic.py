@@ -172,6 +172,35 @@ def test_scalar_size_argument():
     assert be.graphs == 1
 
 
+class _Lengths:  # (a cache layer's running length, as transformers' sliding-window layers keep it)
+    def __init__(self, n):
+        self.length = n
+
+
+def test_sizes_the_graph_returns():
+    """A size computed in the graph and stored outside it (a sliding-window cache layer's
+    `cumulative_length += seq_len`) is a graph output: the graph still runs whole on the engine, the
+    size computed from the call's arguments; the slice bound max(0, length - window) (torch's own
+    Max class) is lowered once for every size."""
+
+    def f(x, lengths):
+        lengths.length = lengths.length + x.shape[0]
+        return x[max(0, lengths.length - 6):] * 2
+
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=_Counting(), dynamic=True)
+    mine, theirs = _Lengths(10), _Lengths(10)
+    with torch.no_grad(), collect_reports() as reps:
+        for k in (3, 4, 5, 2, 7):
+            x = torch.randn(k, 3)
+            assert_close(c(x, mine), f(x, theirs), msg=f"k={k}")
+            assert type(mine.length) is int and mine.length == theirs.length, (mine.length, theirs.length)
+    assert all(n.native for r in reps for n in r.nodes)
+    assert not [r for r in reps if r.engine_graphs != 1], "a region ran in PyTorch"
+    syms = [g for r in reps for g in r.symbolic]
+    assert syms and all(g.template is not None for g in syms), [g.template_reason for g in syms]
+
+
 def test_random_sizes_match_eager_and_plans_stay_static():
     """Property test over random sizes: every program equals eager, and each size's memory plan
     is its static plan (the arena never exceeds the naive sum of its intermediates)."""
@@ -468,8 +497,10 @@ def test_size_expressions_evaluate_in_the_engine_as_in_python():
     g.add_symbol("s0")
     g.add_symbol("s1")
     rec = Recorder([s0, s1], [5, 3])
+    from torch.utils._sympy.functions import Max, Min  # (what torch's shape environment writes)
+
     exprs = [s0 * s1 + 3, FloorDiv(s0 + 7, 8) * 8, PythonMod(s0 - 3 * s1, 4), sympy.Max(s0, s1 + 2),
-             sympy.Min(s0, 2 * s1) - 1, s0**2 - s1]
+             sympy.Min(s0, 2 * s1) - 1, s0**2 - s1, Max(0, s0 - s1), Min(s0, s1 + 1) + 2]
     for e in exprs:
         i = rec.expr_id(g, SymSize(e, int(e.xreplace(rec.hint_env))))
         for x, y in [(2, 2), (5, 3), (17, 4), (1, 9), (0, 7)]:

@@ -173,6 +173,11 @@ class Recorder:
 _CONST, _SYM, _ADD, _MUL, _FLOORDIV, _MOD, _MAX, _MIN, _NEG = range(9)
 
 
+# (torch's shape environment writes max and min as its own classes, sympy's may come from elsewhere)
+_FOLDS = ((sympy.Add, _ADD), (sympy.Mul, _MUL), ((sympy.Max, *[c for c in (getattr(F, "Max", None),) if c]), _MAX),
+          ((sympy.Min, *[c for c in (getattr(F, "Min", None),) if c]), _MIN))
+
+
 def _code(e, index: dict) -> list[int]:
     if e.is_Integer:
         return [_CONST, int(e)]
@@ -180,8 +185,7 @@ def _code(e, index: dict) -> list[int]:
         if e not in index:
             raise NotSymbolic(f"symbol {e} is bound by no input")
         return [_SYM, index[e]]
-    folds = {sympy.Add: _ADD, sympy.Mul: _MUL, sympy.Max: _MAX, sympy.Min: _MIN}
-    for cls, op in folds.items():
+    for cls, op in _FOLDS:
         if isinstance(e, cls):
             code = _code(e.args[0], index)
             for a in e.args[1:]:
