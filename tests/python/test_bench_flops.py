@@ -112,3 +112,17 @@ def test_heavy_target(bench):
     (t,) = bench._heavy_targets([row("resnet50", 0.9, batch=2)], peak)
     assert t["status"] == "not evaluated", t
     assert bench._heavy_targets(None, peak) == []
+
+
+def test_conv_layouts_bench_builds_and_reports_the_primitives_choice():
+    """bench/conv_layouts.py (issue 35, item 2) builds its C++ program against airgraph's oneDNN and
+    reports, for a shape, both times and the layouts format_tag::any chose."""
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "conv_layouts.py"), "--only", "dw960"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = [l for l in p.stdout.splitlines() if l.startswith("| mobilenetv2 dw960")]
+    assert len(rows) == 1, p.stdout
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert float(cells[1]) > 0 and float(cells[3]) > 0 and cells[6].endswith("x"), cells
+    assert " -> " in cells[5], cells  # the layouts the primitive chose
+    assert "chose NHWC for" in p.stdout
