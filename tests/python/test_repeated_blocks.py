@@ -195,14 +195,21 @@ def test_marking_is_restored_and_skips_what_it_must():
 
 
 DECODER = r"""
-import json, sys, torch, transformers, airgraph
+import json, logging, re, sys, torch, transformers, airgraph
 cache_dir, variant = sys.argv[1], sys.argv[2]
+calls = []  # per trace, how many layer calls ran as repeated-block regions (cache_compile's INFO line)
+class Calls(logging.Handler):
+    def emit(self, r):
+        m = re.search(r"traced once for (\d+) calls", r.getMessage())
+        calls.append(int(m.group(1)) if m else 0) if "traced" in r.getMessage() else None
+logging.getLogger("airgraph").addHandler(Calls())
+logging.getLogger("airgraph").setLevel(logging.INFO)
 torch.manual_seed(0)
 kw = dict(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
           num_key_value_heads=2, max_position_embeddings=128)
-if variant == "sliding":  # a DynamicCache of DynamicSlidingWindowLayers and DynamicLayers: the first run unmarked
-    kw.update(use_sliding_window=True, sliding_window=6, max_window_layers=1,
-              layer_types=["full_attention", "sliding_attention", "full_attention"])
+if variant == "sliding":  # a DynamicCache of DynamicSlidingWindowLayers and DynamicLayers, prompts past the window
+    kw.update(use_sliding_window=True, sliding_window=6, max_window_layers=1, num_hidden_layers=4,
+              layer_types=["full_attention", "sliding_attention"] * 2)
 model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**kw)).eval()
 gen = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
 if variant == "static":  # a StaticCache (updated in place): not a DynamicCache, its layers run unmarked
@@ -212,7 +219,7 @@ with torch.no_grad():
     want = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
     model.forward = airgraph.cache_compile(model.forward, cache_dir=cache_dir, dynamic=True)
     got = [model.generate(input_ids=p, attention_mask=torch.ones_like(p), **gen).tolist() for p in prompts]
-print("RESULT " + json.dumps({"equal": got == want, "got": got, "want": want, "counts": model.forward.counts,
+print("RESULT " + json.dumps({"equal": got == want, "got": got, "want": want, "counts": model.forward.counts, "calls": calls,
                               "unsaved": model.forward.unsaved,
                               "restored": not hasattr(transformers.models.qwen2.modeling_qwen2.Qwen2DecoderLayer.forward,
                                                       "_airgraph_marked")}))
@@ -233,6 +240,10 @@ def test_generate_with_a_kv_cache_marks_decoder_layers_and_replays(tmp_path, var
     c = first["counts"]
     if variant == "dynamic":
         assert c["marked"] == c["traces"] == 2, c  # prefill and decode: each graph held the layers as regions
+        assert first["calls"] == [3, 3], first["calls"]  # all 3 layers
+    if variant == "sliding":
+        # the full-attention layers are regions, the sliding-window ones run unmarked (inlined)
+        assert first["calls"] == [2] * c["traces"], first["calls"]
     if variant == "static":
         assert c["marked"] == 0, c  # a StaticCache: every layer ran unmarked (inlined)
     assert first["unsaved"] is None and c["traces"] >= 1 and c["saved"] == c["traces"], c
