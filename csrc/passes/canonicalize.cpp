@@ -1,7 +1,7 @@
 // Canonicalization: removes nodes that do nothing and rewrites patterns into
 // the forms the kernels prefer.
 //  - reshape to the same shape, permute by the identity, expand to the same
-//    shape, convert to the same dtype, slice over the whole dim, and clone of
+//    shape, convert to the same dtype, slice (or slice_view) over the whole dim, and clone of
 //    an intermediate (the IR is functional, so a copy is never observable;
 //    clones feeding outputs are re-added by materialize_outputs) are dropped;
 //  - reshape(reshape(x)) becomes one reshape;
@@ -48,6 +48,8 @@ bool is_noop(const Node& n) {
     return true;
   }
   if (op == "slice") return in->type == out->type;
+  // (a slice_view whose bounds are sizes of a symbolic graph is kept: its types are the hint sizes')
+  if (op == "slice_view") return n.sym_attrs.empty() && in->type == out->type;
   if (op == "clone") return in->kind == ValueKind::NodeOutput;
   return false;
 }

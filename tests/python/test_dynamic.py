@@ -177,11 +177,14 @@ class _Lengths:  # (a cache layer's running length, as transformers' sliding-win
         self.length = n
 
 
-def test_sizes_the_graph_returns():
+@pytest.mark.parametrize("start", [10, 0])
+def test_sizes_the_graph_returns(start):
     """A size computed in the graph and stored outside it (a sliding-window cache layer's
     `cumulative_length += seq_len`) is a graph output: the graph still runs whole on the engine, the
     size computed from the call's arguments; the slice bound max(0, length - window) (torch's own
-    Max class) is lowered once for every size."""
+    Max class) is lowered once for every size. From length 0 the first graph's slice covers the
+    whole dim (lowered at one size, it is the input itself; recorded, a slice_view that canonicalize
+    drops at those sizes)."""
 
     def f(x, lengths):
         lengths.length = lengths.length + x.shape[0]
@@ -189,7 +192,7 @@ def test_sizes_the_graph_returns():
 
     torch._dynamo.reset()
     c = torch.compile(f, backend=_Counting(), dynamic=True)
-    mine, theirs = _Lengths(10), _Lengths(10)
+    mine, theirs = _Lengths(start), _Lengths(start)
     with torch.no_grad(), collect_reports() as reps:
         for k in (3, 4, 5, 2, 7):
             x = torch.randn(k, 3)
