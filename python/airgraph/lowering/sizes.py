@@ -174,8 +174,9 @@ _CONST, _SYM, _ADD, _MUL, _FLOORDIV, _MOD, _MAX, _MIN, _NEG = range(9)
 
 
 # (torch's shape environment writes max and min as its own classes, sympy's may come from elsewhere)
-_FOLDS = ((sympy.Add, _ADD), (sympy.Mul, _MUL), ((sympy.Max, *[c for c in (getattr(F, "Max", None),) if c]), _MAX),
-          ((sympy.Min, *[c for c in (getattr(F, "Min", None),) if c]), _MIN))
+_MAXES = tuple(c for c in (sympy.Max, getattr(F, "Max", None)) if c is not None)
+_MINS = tuple(c for c in (sympy.Min, getattr(F, "Min", None)) if c is not None)
+_FOLDS = ((sympy.Add, _ADD), (sympy.Mul, _MUL), (_MAXES, _MAX), (_MINS, _MIN))
 
 
 def _code(e, index: dict) -> list[int]:
