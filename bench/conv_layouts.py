@@ -43,15 +43,12 @@ def build(out_dir: str) -> str:
 
 
 def cpu_line() -> str:
-    name, flags = "?", []
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and name == "?":
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = line.split(":", 1)[1].split()
-    isa = " ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if x in flags)
-    return f"{name}, ISA {isa}"
+    """The CPU as bench/run.py names it (its model name and the ISA flags that pick the kernels)."""
+    sys.path.insert(0, HERE)
+    from run import cpu_info  # (bench/run.py imports no torch at its top: cheap)
+
+    c = cpu_info()
+    return f"{c['name']}, ISA {' '.join(c['isa'])}"
 
 
 def main(argv=None) -> int:
