@@ -17,6 +17,7 @@
 
 #include "kernels/common.h"
 #include "kernels/epilogue.h"
+#include "kernels/gemm_panels.h"
 #include "kernels/gemv.h"
 #include "kernels/onednn_util.h"
 #include "base/background.h"
@@ -140,6 +141,7 @@ class GemmKernel final : public Kernel {
         manual_bias_ = true;
       }
     }
+    if (try_panels(ctx)) return;
     mode_ = Mode::Dnnl;
     setup_emulation_buffers(true, s.b_const == nullptr);
     prepare_weights(ctx);
@@ -153,6 +155,11 @@ class GemmKernel final : public Kernel {
 
   size_t scratch_bytes() const override { return scratch_.bytes; }
   std::unique_ptr<KernelState> make_state() const override {
+    if (mode_ == Mode::Panels && deferred_) {
+      auto st = std::make_unique<State>();
+      st->plain = plain_exec_.make_args();
+      return st;
+    }
     if (mode_ != Mode::Dnnl) return nullptr;
     auto st = std::make_unique<State>();
     st->exec = exec_.make_args();
@@ -166,6 +173,19 @@ class GemmKernel final : public Kernel {
         return;
       case Mode::Gemv:
         run_gemv(in, s_.has_bias ? in[2] : nullptr, out[0], ctx);
+        return;
+      case Mode::Panels:
+        if (const void* p = packed_ptr_.load(std::memory_order_acquire)) {
+          panels::run(static_cast<const float*>(in[0]), M_, K_, static_cast<const float*>(p), N_,
+                      s_.has_bias ? static_cast<const float*>(in[2]) : nullptr, static_cast<float*>(out[0]), s_.epi, in);
+        } else {  // (packing deferred: oneDNN on the weights as stored until the panels are made)
+          Args& a = static_cast<State*>(ctx.state)->plain;
+          a.set(DNNL_ARG_SRC, in[0]);
+          if (s_.has_bias) a.set(DNNL_ARG_BIAS, in[2]);
+          a.set(DNNL_ARG_DST, out[0]);
+          plain_exec_.run(a, ScratchLayout::at(ctx, pad_));
+          s_.epi.apply_all(static_cast<float*>(out[0]), out_n_ / s_.epi.L, in, 0);
+        }
         return;
       case Mode::ZeroK: {
         float* o = out_f32(out[0], ctx);
@@ -220,7 +240,7 @@ class GemmKernel final : public Kernel {
   }
 
  private:
-  enum class Mode { Empty, ZeroK, Dnnl, Gemv };
+  enum class Mode { Empty, ZeroK, Dnnl, Gemv, Panels };
   struct State : KernelState {
     Args exec, plain;  // (plain: the primitive on the weights as stored, while packing is deferred)
   };
@@ -377,7 +397,8 @@ class GemmKernel final : public Kernel {
     std::lock_guard<std::mutex> lk(pack_mu_);
     if (packed_ptr_.load(std::memory_order_acquire)) return;
     Buffer b;
-    const void* w = prepack(BuildCtx{}, s_.b_const, s_.t, b_n_, false, b_plain_md_, b_md_, b);
+    const void* w = mode_ == Mode::Panels ? prepack(BuildCtx{}, s_.b_const, s_.t, b_n_, false, panel_from_, panel_to_, b)
+                                          : prepack(BuildCtx{}, s_.b_const, s_.t, b_n_, false, b_plain_md_, b_md_, b);
     packed_ = b;
     packed_ptr_.store(w, std::memory_order_release);  // (runs from now on use exec_ and the packed copy)
   }
@@ -418,6 +439,38 @@ class GemmKernel final : public Kernel {
   void finish(float* o, void* out) const {
     if (s_.t != DType::f32) from_f32(s_.t, o, out, out_n_);
   }
+
+  // --- f32 linears of a few rows on weights packed in 16-column panels (gemm_panels.h) --------
+  // Where oneDNN's f32 implementation for the shape is its jit sgemm (CPUs without AVX-512) and the
+  // rows are few enough for pack_weights to pack (BuildCtx::pack_rows: "auto" 9-15 rows, "always"
+  // up to kMaxRows), as it would pack them for oneDNN's brgemm.
+  bool try_panels(const BuildCtx& ctx) {
+    if (s_.t != DType::f32 || !s_.b_nk || !s_.b_const || emu_ || manual_bias_) return false;
+    const int64_t K = s_.a.back(), N = s_.out.back(), M = out_n_ / std::max<int64_t>(N, 1);
+    if (M <= gemv::kGemvMaxRows || M >= ctx.pack_rows || !panels::wanted(M, N, impl_)) return false;
+    // [N, K] as stored -> [N/16][K][16]: the same 3-d tensor [N/16, 16, K] read with other strides
+    const int64_t J = N / panels::kCols, C = panels::kCols;
+    panel_from_ = dnnl::memory::desc({J, C, K}, dt::f32, dnnl::memory::dims{C * K, K, 1});
+    panel_to_ = dnnl::memory::desc({J, C, K}, dt::f32, dnnl::memory::dims{C * K, 1, C});
+    mode_ = Mode::Panels;
+    M_ = M, K_ = K, N_ = N;
+    name_ = "panels_f32_weights" + post_name(0);
+    // packing left for the background thread as for oneDNN's layouts (defer_packing), oneDNN's
+    // primitive on the weights as stored serving until then
+    dnnl::matmul::primitive_desc pd;
+    if (ctx.background && !ctx.prepack && make_pd(pd, dt::f32, s_.has_bias, 0, b_plain_md_) &&
+        pd.weights_desc() == b_plain_md_ && std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
+      bind_exec(plain_exec_, pd, dt::f32, s_.has_bias, 0);
+      plain_exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(s_.b_const));
+      if (plain_exec_.scratch_bytes) pad_ = scratch_.add(plain_exec_.scratch_bytes);
+      deferred_ = true;
+      return true;
+    }
+    packed_ptr_.store(prepack(ctx, s_.b_const, DType::f32, b_n_, false, panel_from_, panel_to_, packed_),
+                      std::memory_order_release);
+    return true;
+  }
+  dnnl::memory::desc panel_from_, panel_to_;  // the weights as stored, and as panels
 
   // --- GEMV for constant [N, K] weights and few rows -------------------------------
   bool try_gemv(const BuildCtx& ctx) {

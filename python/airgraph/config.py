@@ -71,7 +71,9 @@ class CompilerConfig:
     # the GEMVs of decode steps of up to 8 rows (each weight read once for all rows) read the
     # module's own memory. "always" packs every one (the fastest, twice the weights' memory); "never" packs no
     # linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
-    # convolution weights are always packed (AIRGRAPH_PACK_WEIGHTS).
+    # convolution weights are always packed (AIRGRAPH_PACK_WEIGHTS). On CPUs without AVX-512, where
+    # oneDNN's f32 matmul is its jit sgemm, the linears it packs (f32, up to 48 rows, N a multiple of
+    # 16) run airgraph's packed small-row GEMM instead (kernels/gemm_panels.h: 1.2-1.9x oneDNN there).
     pack_weights: str = field(default_factory=lambda: _env("AIRGRAPH_PACK_WEIGHTS", "auto"))
     # Linears with int8 weights (torchao's Int8WeightOnlyConfig, _weight_int8pack_mm) or int4 ones (torchao's
     # int4 for CPU; requantized to int8 per column) and more than 8 rows (prefill, encoders): "per_row"

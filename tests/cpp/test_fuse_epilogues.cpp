@@ -15,6 +15,7 @@
 #include "ir/op_registry.h"
 #include "ir/epilogue.h"
 #include "kernels/fused_elementwise.h"
+#include "kernels/gemm_panels.h"
 #include "passes/passes.h"
 #include "check_op.h"
 
@@ -94,6 +95,21 @@ TEST(FuseEpilogues, LinearChainFusesIntoOneNode) {
     EXPECT_NE(f.graph.find("fused=\"act,scale,resid,out_relu\""), std::string::npos) << f.graph;
     EXPECT_GT(u.kernels.size(), 1u);  // (fuse_elementwise may still merge the unfused ops)
     if (M <= 3) EXPECT_EQ(f.kernels[0].rfind("gemv", 0), 0u) << f.kernels[0];
+  }
+}
+
+// The same chain on the packed small-row GEMM (kernels/gemm_panels.h, forced on: oneDNN's brgemm
+// would take it on AVX-512 CPUs): the epilogue runs on each thread's block of panels, the residual
+// read at the block's columns of each row.
+TEST(FuseEpilogues, LinearChainOnPanels) {
+  panels::force(panels::kOn);
+  struct Auto { ~Auto() { panels::force(panels::kAuto); } } back;  // (also when an assertion returns)
+  for (int64_t M : {12, 37}) {
+    Case c = linear_chain(DType::f32, M, 40, 48);
+    const auto want = linear_chain_ref(c, M, 40, 48);
+    auto r = fused_vs_unfused(c, {1e-5, 1e-5}, &want, {1e-4, 1e-4});
+    ASSERT_EQ(r.got.kernels.size(), 1u) << r.got.graph;
+    EXPECT_EQ(r.got.kernels[0].rfind("panels_f32", 0), 0u) << r.got.kernels[0];
   }
 }
 

@@ -63,8 +63,8 @@ test::Tensor as_tensor(DType t, const Shape& s, std::vector<float>& v) {
 // Whether 1-8 rows with int8_activations take the VNNI GEMV (x quantized per row, weights exact).
 bool vnni_gemv(const Case& c) { return c.M <= 8 && test::vnni_vbmi_cpu() && c.layout == "avx512" && c.isa == "auto"; }
 
-// int8_activations: the reference is the per-row path's: for more than 8 rows x per row and the
-// dequantized weights per column rounded to int8, for fewer x per row where the VNNI GEMV runs
+// int8_activations: the reference is the per-row path's: for more than 8 rows (on CPUs with VNNI or
+// AMX) x per row and the dequantized weights per column rounded to int8, for fewer x per row where the VNNI GEMV runs
 // (vnni_gemv) and the exact product elsewhere; without it the exact product.
 test::Checked run_case(const Case& c, bool const_weights = true, bool int8_activations = false) {
   const int64_t KB = c.K / c.g;
@@ -93,10 +93,11 @@ test::Checked run_case(const Case& c, bool const_weights = true, bool int8_activ
       w[n * c.K + k] = static_cast<float>(q[n * c.K + k]) * sz[i] + z;
       bound = std::max({bound, std::fabs(z), std::fabs(15.f * sz[i] + z)});
     }
-    if (int8_activations && c.M > 8)
+    if (int8_activations && c.M > 8 && test::int8_dot_cpu())
       for (int64_t k = 0; k < c.K; ++k) w[n * c.K + k] = std::nearbyint(w[n * c.K + k] * (127.f / bound)) * (bound / 127.f);
   }
-  const bool quant_x = int8_activations && (c.M > 8 || vnni_gemv(c));
+  // (more than 8 rows without VNNI or AMX: the exact f32 panels, as without int8_activations)
+  const bool quant_x = int8_activations && (c.M > 8 ? test::int8_dot_cpu() : vnni_gemv(c));
   const std::vector<float> xr = quant_x ? test::per_row_int8(x, c.M, c.K) : x;
   std::vector<double> want(c.M * c.N);
   for (int64_t m = 0; m < c.M; ++m)

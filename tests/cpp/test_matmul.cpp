@@ -12,6 +12,7 @@
 
 #include "ir/graph.h"
 #include "ir/op_registry.h"
+#include "kernels/gemm_panels.h"
 #include "kernels/gemv.h"
 #include "check_op.h"
 
@@ -104,6 +105,35 @@ TEST(MatmulOps, LinearPrepackedWeightsF32) {
   ASSERT_EQ(r.out().type.shape(), (Shape{3, 4, N}));
   ASSERT_FALSE(r.got.kernels.empty());
   EXPECT_NE(r.got.kernels[0].find("onednn"), std::string::npos) << r.got.kernels[0];
+}
+
+// The packed small-row GEMM (kernels/gemm_panels.h), forced on whatever oneDNN runs on this CPU:
+// rows in fours and the 1-3 left over, K of 1 and K past a vector, one panel and several, a 3-d
+// input, with and without bias; linears it does not take (N not a multiple of 16, more rows than
+// kMaxRows) stay on oneDNN, and off keeps them all there.
+struct PanelScope {
+  explicit PanelScope(int which) { panels::force(which); }
+  ~PanelScope() { panels::force(panels::kAuto); }
+};
+TEST(MatmulOps, LinearPanelsRowsTailsAndBias) {
+  struct P { Shape x; int64_t N; bool bias; };
+  for (int mode : {panels::kOn, panels::kOff}) {
+    PanelScope scope(mode);
+    for (const P& p : {P{{9, 1}, 16, true}, P{{10, 37}, 48, false}, P{{3, 4, 130}, 32, true}, P{{16, 384}, 64, true},
+                       P{{47, 65}, 16, false}, P{{48, 200}, 80, true}, P{{49, 40}, 16, true}, P{{12, 40}, 24, true}}) {
+      const int64_t K = p.x.back(), N = p.N, M = TensorType(DType::f32, p.x).numel() / K;
+      auto x = randn(M * K, 51), w = randn(N * K, 52), b = randn(N, 53);
+      std::vector<test::Arg> args = {{TensorType(DType::f32, p.x), x.data()},
+                                     {TensorType(DType::f32, {N, K}), w.data(), true}};
+      if (p.bias) args.push_back({TensorType(DType::f32, {N}), b.data(), true});
+      auto r = check_values("linear", args, {}, linear_ref(x, w, p.bias ? b.data() : nullptr, M, K, N),
+                            {2e-6 * static_cast<double>(K) + 1e-5, 1e-5});
+      ASSERT_FALSE(r.got.kernels.empty());
+      const bool taken = mode == panels::kOn && M <= panels::kMaxRows && N % panels::kCols == 0;
+      EXPECT_EQ(r.got.kernels[0].rfind(taken ? "panels_f32" : "onednn", 0), 0u)
+          << r.got.kernels[0] << " M " << M << " K " << K << " N " << N;
+    }
+  }
 }
 
 TEST(MatmulOps, LinearRuntimeWeightsNoBias) {

@@ -63,7 +63,11 @@ TEST(Threads, ConcurrentCallsMatchOneThreadBitForBit) {
   // the stateful kinds are all there, fused as in real models
   EXPECT_NE(kernels.find("onednn_conv"), std::string::npos) << kernels;
   EXPECT_NE(kernels.find("folded into the weights"), std::string::npos) << kernels;
-  EXPECT_NE(kernels.find("onednn_matmul"), std::string::npos) << kernels;
+  // (the linear's 16 rows: oneDNN's brgemm matmul on AVX-512 CPUs; on AVX2 ones the packed small-row
+  // GEMM, kernels/gemm_panels.h, where oneDNN 3.2's jit sgemm gives other bits at 1 and 2 threads:
+  // 600 of these 1200 calls differed with it)
+  EXPECT_TRUE(kernels.find("onednn_matmul") != std::string::npos || kernels.find("panels_f32") != std::string::npos)
+      << kernels;
   EXPECT_NE(kernels.find("sdpa_gemm"), std::string::npos) << kernels;
   EXPECT_NE(kernels.find("fused_elementwise"), std::string::npos) << kernels;
 

@@ -414,10 +414,14 @@ def test_wide_gemms_read_the_weights_in_place(pack):
             torch._dynamo.reset()
             f = torch.compile(lin, backend=airgraph.get_backend(cfg), dynamic=False)
             x = torch.randn(rows, 1024)
-            torch.testing.assert_close(f(x), lin(x), rtol=1e-4, atol=1e-4)
+            with backend.collect_reports() as sink:
+                torch.testing.assert_close(f(x), lin(x), rtol=1e-4, atol=1e-4)
+            kernel = sink[0].graphs[0].exe.instructions()[0][2]
             grown = C.packed_weight_bytes() - before
-            if pack == "auto" or rows == 1:  # (the 64-row graph of "always" was freed before)
-                assert abs(grown) < size // 4, (rows, grown)
+            # (oneDNN's jit sgemm, its f32 matmul on CPUs without AVX-512, has no packed layout: nothing
+            # to pack even with "always")
+            if pack == "auto" or rows == 1 or "gemm:jit" in kernel:  # (the 64-row graph of "always" was freed before)
+                assert abs(grown) < size // 4, (rows, grown, kernel)
             else:
                 assert grown >= size * 3 // 4, grown
             del f
@@ -466,8 +470,13 @@ def test_graphs_of_several_sizes_share_one_packed_copy(kind):
     xs = [torch.randn(*s) for s in sizes]
     grown = []
     for x in xs[:2]:
-        assert_close(run(f, x), eager(model, x))
+        with backend.collect_reports() as sink:
+            assert_close(run(f, x), eager(model, x))
         grown.append(_packed_state()[0] - bytes0)
+        kernel = sink[0].graphs[0].exe.instructions()[0][2]
+        if "gemm:jit" in kernel:
+            pytest.skip(f"oneDNN runs this CPU's f32 matmul as its jit sgemm ({kernel}), which reads a [K, N] "
+                        "operand as stored: there is no packed copy to share")
     assert grown[0] >= size, grown  # (the first graph packed the weight: a blocked layout may pad it)
     assert abs(grown[1] - grown[0]) < size // 4, grown  # the second graph made no copy of its own
     assert _packed_state()[1] - reuses0 >= 1
