@@ -442,15 +442,23 @@ class GemmKernel final : public Kernel {
 
   // --- f32 linears of a few rows on weights packed in 16-column panels (gemm_panels.h) --------
   // Where oneDNN's f32 implementation for the shape is its jit sgemm (CPUs without AVX-512) and the
-  // rows are few enough for pack_weights to pack (BuildCtx::pack_rows: "auto" 9-15 rows, "always"
-  // up to kMaxRows), as it would pack them for oneDNN's brgemm.
+  // rows are few enough for pack_weights to pack linear weights (BuildCtx::pack_rows: "auto" 9-15
+  // rows, "always" up to kMaxRows), as it would pack them for oneDNN's brgemm.
+  // A constant [K, N] right-hand side (GPT-2's Conv1D), which is always packed, at any row count up to kMaxRows.
   bool try_panels(const BuildCtx& ctx) {
-    if (s_.t != DType::f32 || !s_.b_nk || !s_.b_const || emu_ || manual_bias_) return false;
+    if (s_.t != DType::f32 || !s_.b_const || emu_ || manual_bias_) return false;
     const int64_t K = s_.a.back(), N = s_.out.back(), M = out_n_ / std::max<int64_t>(N, 1);
-    if (M <= gemv::kGemvMaxRows || M >= ctx.pack_rows || !panels::wanted(M, N, impl_)) return false;
-    // [N, K] as stored -> [N/16][K][16]: the same 3-d tensor [N/16, 16, K] read with other strides
+    // one weight matrix for every row (no batch of them), a bias of one row
+    if (TensorType(DType::f32, s_.b).numel() != K * N || a_n_ != M * K ||
+        (s_.has_bias && TensorType(DType::f32, s_.bias).numel() != N))
+      return false;
+    // (linears of up to 8 rows run the GEMV on the weights as stored)
+    if (s_.b_nk && (M <= gemv::kGemvMaxRows || M >= ctx.pack_rows)) return false;
+    if (!panels::wanted(M, N, impl_)) return false;
+    // [N, K] (or [K, N]) as stored -> [N/16][K][16]: the same 3-d tensor [N/16, 16, K] read with other strides
     const int64_t J = N / panels::kCols, C = panels::kCols;
-    panel_from_ = dnnl::memory::desc({J, C, K}, dt::f32, dnnl::memory::dims{C * K, K, 1});
+    panel_from_ = s_.b_nk ? dnnl::memory::desc({J, C, K}, dt::f32, dnnl::memory::dims{C * K, K, 1})
+                          : dnnl::memory::desc({J, C, K}, dt::f32, dnnl::memory::dims{C, 1, N});
     panel_to_ = dnnl::memory::desc({J, C, K}, dt::f32, dnnl::memory::dims{C * K, 1, C});
     mode_ = Mode::Panels;
     M_ = M, K_ = K, N_ = N;

@@ -136,6 +136,29 @@ TEST(MatmulOps, LinearPanelsRowsTailsAndBias) {
   }
 }
 
+// A constant [K, N] right-hand side (GPT-2's Conv1D: addmm(bias, x, W)) on the packed GEMM: a 3-d
+// input's rows flattened, with a bias row; a full [M, N] bias stays on oneDNN.
+TEST(MatmulOps, ConstantKNOperandOnPanels) {
+  PanelScope scope(panels::kOn);
+  const int64_t K = 70, N = 32;
+  auto a = randn(2 * 6 * K, 61), b = randn(K * N, 62), row = randn(N, 63), full = randn(12 * N, 64);
+  for (bool full_bias : {false, true}) {
+    std::vector<float> ref(12 * N);
+    for (int64_t m = 0; m < 12; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = full_bias ? full[m * N + n] : row[n];
+        for (int64_t k = 0; k < K; ++k) acc += double(a[m * K + k]) * b[k * N + n];
+        ref[m * N + n] = static_cast<float>(acc);
+      }
+    auto r = check_values("matmul",
+                          {{TensorType(DType::f32, {2, 6, K}), a.data()}, {TensorType(DType::f32, {K, N}), b.data(), true},
+                           full_bias ? test::Arg{TensorType(DType::f32, {2, 6, N}), full.data(), true}
+                                     : test::Arg{TensorType(DType::f32, {N}), row.data(), true}},
+                          {}, ref, {2e-6 * K + 1e-5, 1e-5});
+    EXPECT_EQ(r.got.kernels[0].rfind(full_bias ? "onednn" : "panels_f32", 0), 0u) << r.got.kernels[0];
+  }
+}
+
 TEST(MatmulOps, LinearRuntimeWeightsNoBias) {
   const int64_t K = 8, N = 5;
   auto x = randn(4 * K, 9), w = randn(N * K, 10);
