@@ -178,15 +178,9 @@ class GemmKernel final : public Kernel {
         if (const void* p = packed_ptr_.load(std::memory_order_acquire)) {
           panels::run(static_cast<const float*>(in[0]), M_, K_, static_cast<const float*>(p), N_,
                       s_.has_bias ? static_cast<const float*>(in[2]) : nullptr, static_cast<float*>(out[0]), s_.epi, in);
-        } else {  // (packing deferred: oneDNN on the weights as stored until the panels are made)
-          Args& a = static_cast<State*>(ctx.state)->plain;
-          a.set(DNNL_ARG_SRC, in[0]);
-          if (s_.has_bias) a.set(DNNL_ARG_BIAS, in[2]);
-          a.set(DNNL_ARG_DST, out[0]);
-          plain_exec_.run(a, ScratchLayout::at(ctx, pad_));
-          s_.epi.apply_all(static_cast<float*>(out[0]), out_n_ / s_.epi.L, in, 0);
+          return;
         }
-        return;
+        break;  // (packing deferred: oneDNN's primitive on the weights as stored, below, until the panels are made)
       case Mode::ZeroK: {
         float* o = out_f32(out[0], ctx);
         std::memset(o, 0, out_n_ * 4);
@@ -202,7 +196,8 @@ class GemmKernel final : public Kernel {
     const Exec* ex = &exec_;
     Args* ap = &st->exec;
     if (deferred_) {  // the packed copy once the background thread has made it, the weights as stored until then
-      if (const void* w = packed_ptr_.load(std::memory_order_acquire)) {
+      // (panels: the weights as stored here; a copy made since this call looked is for panels::run)
+      if (const void* w = mode_ == Mode::Dnnl ? packed_ptr_.load(std::memory_order_acquire) : nullptr) {
         st->exec.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));  // (exec_ itself never changes after the build)
       } else {
         ex = &plain_exec_;
@@ -333,6 +328,11 @@ class GemmKernel final : public Kernel {
   // programs of a symbolic graph, or where the plain layout has only a reference implementation.
   bool defer_packing(const BuildCtx& ctx) {
     if (!ctx.background || !s_.b_const || emu_ || ctx.prepack || b_md_ == b_plain_md_) return false;
+    return bind_plain_exec();
+  }
+  // plain_exec_: the primitive on the weights as stored, which serves the calls until the packed copy
+  // (oneDNN's layout or the panels) is made; false where that layout has only a reference implementation.
+  bool bind_plain_exec() {
     const dt d = to_dnnl(s_.t);
     const bool with_bias = s_.has_bias && !manual_bias_;
     dnnl::matmul::primitive_desc pd;
@@ -463,15 +463,9 @@ class GemmKernel final : public Kernel {
     mode_ = Mode::Panels;
     M_ = M, K_ = K, N_ = N;
     name_ = "panels_f32_weights" + post_name(0);
-    // packing left for the background thread as for oneDNN's layouts (defer_packing), oneDNN's
-    // primitive on the weights as stored serving until then
-    dnnl::matmul::primitive_desc pd;
-    if (ctx.background && !ctx.prepack && make_pd(pd, dt::f32, s_.has_bias, 0, b_plain_md_) &&
-        pd.weights_desc() == b_plain_md_ && std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
-      bind_exec(plain_exec_, pd, dt::f32, s_.has_bias, 0);
-      plain_exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(s_.b_const));
+    // packing left for the background thread as for oneDNN's layouts (defer_packing)
+    if (ctx.background && !ctx.prepack && bind_plain_exec()) {
       if (plain_exec_.scratch_bytes) pad_ = scratch_.add(plain_exec_.scratch_bytes);
-      deferred_ = true;
       return true;
     }
     packed_ptr_.store(prepack(ctx, s_.b_const, DType::f32, b_n_, false, panel_from_, panel_to_, packed_),
