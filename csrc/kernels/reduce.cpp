@@ -267,13 +267,26 @@ std::unique_ptr<Kernel> make_sum_like(const Node& n, const char* name) {
 }
 std::unique_ptr<Kernel> make_sum(const Node& n, const BuildCtx& ctx) { return make_sum_like<SumOp>(n, "sum"); }
 std::unique_ptr<Kernel> make_prod(const Node& n, const BuildCtx& ctx) { return make_sum_like<ProdOp>(n, "prod"); }
+// A mean over H and W of a 4-D value: the global average pool (ATen's adaptive_avg_pool2d to 1x1,
+// which traces as this mean under symbolic sizes; a squeeze-excitation block's pool; a ConvNeXt
+// head). It reads channels-last bytes as [N, H, W, C] reduced over the middle dims (the Outer path,
+// vectorized over C); its result, [N, C, 1, 1] or [N, C], is the same bytes in either layout.
+bool spatial_mean(const Node& n) {
+  const TensorType& x = n.inputs[0]->type;
+  return x.rank() == 4 && reduce_mask("mean", 4, n.attrs.ints("dims", {})) == std::vector<bool>{false, false, true, true};
+}
+bool mean_channels_last(const Node& n, int i) { return i == 0 && spatial_mean(n); }
+
 std::unique_ptr<Kernel> make_mean(const Node& n, const BuildCtx& ctx) {
   const TensorType& it = n.inputs[0]->type;
-  ReduceGeom g = make_reduce_geom(it.shape(), reduce_mask("mean", it.rank(), n.attrs.ints("dims", {})));
+  const bool nhwc = ctx.nhwc(n.inputs[0]->id);
+  AG_CHECK(!nhwc || spatial_mean(n), "mean: node ", n.context(), ": a channels-last input needs a mean over H and W");
+  ReduceGeom g = nhwc ? make_reduce_geom({it.size(0), it.size(2), it.size(3), it.size(1)}, {false, true, true, false})
+                      : make_reduce_geom(it.shape(), reduce_mask("mean", it.rank(), n.attrs.ints("dims", {})));
   std::unique_ptr<Kernel> k;
   AG_DISPATCH_FLOAT(it.dtype, "mean", [&] {
     using Op = MeanOp<scalar_t, double>;
-    k = make_fn_kernel("mean", [g](void* const* in, void* const* out) {
+    k = make_fn_kernel(nhwc ? "mean_nhwc_in" : "mean", [g](void* const* in, void* const* out) {
       run_reduce<Op>(g, static_cast<const scalar_t*>(in[0]), static_cast<scalar_t*>(out[0]));
     });
   });
@@ -551,7 +564,7 @@ std::unique_ptr<Kernel> make_cumsum(const Node& n, const BuildCtx& ctx) {
 AG_REGISTER_OP(sum, {.name = "sum", .min_inputs = 1, .max_inputs = 1, .infer = infer_sum, .make_kernel = make_sum,
                      .props = kReduction});
 AG_REGISTER_OP(mean, {.name = "mean", .min_inputs = 1, .max_inputs = 1, .infer = infer_mean,
-                      .make_kernel = make_mean, .props = kReduction});
+                      .make_kernel = make_mean, .props = kReduction, .channels_last = mean_channels_last});
 AG_REGISTER_OP(prod, {.name = "prod", .min_inputs = 1, .max_inputs = 1, .infer = infer_prod,
                       .make_kernel = make_prod, .props = kReduction});
 AG_REGISTER_OP(amax, {.name = "amax", .min_inputs = 1, .max_inputs = 1, .infer = infer_extreme<true>,

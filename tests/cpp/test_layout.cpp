@@ -25,9 +25,10 @@ std::string kernel_of(const test::Run& r, const std::string& part) {
 }
 
 // An FPN-style head: conv a -> strided conv b -> bilinear upsample of b -> per-channel scale + a
-// (elementwise) -> cat with a -> 1x1 conv (output 0); the sum's spatial mean (a reduction that reads
-// row-major: converted at the edge; output 1); softmax over the channels of the input (written
-// row-major, converted once) read by two convolutions (their sum: output 2). f32 and bf16.
+// (elementwise) -> cat with a -> 1x1 conv (output 0); the sum's spatial sum (a reduction that reads
+// row-major: converted at the edge; output 1) and spatial mean (the global average pool: reads the
+// NHWC bytes as they are; output 3); softmax over the channels of the input (written row-major,
+// converted once) read by two convolutions (their sum: output 2). f32 and bf16.
 class LayoutPlan : public ::testing::TestWithParam<DType> {};
 TEST_P(LayoutPlan, FpnHeadKeepsChannelsLastBetweenItsEdges) {
   const DType t = GetParam();
@@ -49,11 +50,12 @@ TEST_P(LayoutPlan, FpnHeadKeepsChannelsLastBetweenItsEdges) {
     s = g.add_node("add", {s, a}, {}, "sum")->out();
     Value* k = g.add_node("cat", {s, a}, attrs({{"dim", int64_t{1}}}), "cat")->out();
     Value* y = g.add_node("conv", {k, in[4]}, conv_attrs(1, 0), "y")->out();
-    Value* r = g.add_node("mean", {s}, attrs({{"dims", Shape{2, 3}}, {"keepdim", true}}), "pooled")->out();
+    Value* r = g.add_node("sum", {s}, attrs({{"dims", Shape{2, 3}}, {"keepdim", true}}), "summed")->out();
+    Value* gap = g.add_node("mean", {s}, attrs({{"dims", Shape{-1, -2}}, {"keepdim", false}}), "pooled")->out();
     Value* m = g.add_node("softmax", {in[0]}, attrs({{"dim", int64_t{1}}}), "sm")->out();
     Value* p = g.add_node("conv", {m, in[5]}, conv_attrs(1, 0), "p")->out();
     Value* q = g.add_node("conv", {m, in[6]}, conv_attrs(1, 1), "q")->out();
-    return std::vector<Value*>{y, r, g.add_node("add", {p, q}, {}, "pq")->out()};
+    return std::vector<Value*>{y, r, g.add_node("add", {p, q}, {}, "pq")->out(), gap};
   };
   c.ref_row_major = true;
   c.ref_tol = t == DType::bf16 ? test::Tol{2e-2, 2e-2} : test::Tol{1e-4, 1e-4};  // (oneDNN sums in another order per layout)
@@ -63,13 +65,14 @@ TEST_P(LayoutPlan, FpnHeadKeepsChannelsLastBetweenItsEdges) {
   EXPECT_NE(kernel_of(r.got, "resize2d_bilinear_nhwc").find("[channels-last]"), std::string::npos) << all;
   EXPECT_NE(kernel_of(r.got, "cat").find("[channels-last]"), std::string::npos) << all;
   EXPECT_EQ(test::count(all, "[channels-last]"), 3) << all;  // resize, the fused scale + sum, cat
-  EXPECT_NE(kernel_of(r.got, "mean").find("[input 0 nhwc->nchw]"), std::string::npos) << all;
+  EXPECT_NE(kernel_of(r.got, "sum").find("[input 0 nhwc->nchw]"), std::string::npos) << all;
+  EXPECT_EQ(kernel_of(r.got, "mean"), "mean_nhwc_in") << all;
   EXPECT_NE(kernel_of(r.got, "softmax").find("[result nchw->nhwc]"), std::string::npos) << all;
   EXPECT_EQ(test::count(all, "nhwc->nchw"), 1) << all;
   EXPECT_EQ(test::count(all, "nchw->nhwc"), 1) << all;
   // every convolution but the one on the graph's input reads its input channels-last (q its post-op
   // operand p too); all but the graph outputs' write so
-  EXPECT_EQ(test::count(all, "nhwc_in"), 4) << all;
+  EXPECT_EQ(test::count(all, "nhwc_in"), 5) << all;  // (and the mean)
   EXPECT_EQ(test::count(all, "nhwc_out"), 3) << all;  // a, b, p (q's sum with p is output 2)
   // and the row-major compile of the same graph has none of it
   EXPECT_EQ(test::count([&] { std::string s; for (const auto& k : r.ref.kernels) s += k; return s; }(), "nhwc"), 0);

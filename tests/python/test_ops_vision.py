@@ -312,3 +312,47 @@ def test_instance_norm(dtype):
     check(nn.InstanceNorm2d(4, affine=True).to(dtype), x)
     check(lambda x: F.instance_norm(x), x)
     check(nn.InstanceNorm1d(3), r(2, 3, 7, dtype=dtype))
+
+
+class PooledNet(nn.Module):
+    """A classifier's tail: conv -> BN -> ReLU -> conv, then nn.AdaptiveAvgPool2d(1) (ATen turns a
+    1x1 adaptive pool into a mean over H and W, as under symbolic sizes) or a squeeze-excitation
+    gate (x * sigmoid(fc(mean over H, W)), as EfficientNet's), then a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                                  nn.Conv2d(16, 24, 3, stride=2, padding=1))
+        self.se = nn.Conv2d(24, 24, 1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(24, 5)
+
+    def forward(self, x):
+        y = self.body(x)
+        y = y * torch.sigmoid(self.se(y.mean((2, 3), keepdim=True)))
+        return self.fc(torch.flatten(self.pool(y), 1))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_spatial_means_read_channels_last(dynamic, engine_graphs):
+    """A mean over H and W (the global average pool, a squeeze-excitation block's pool) reads the
+    convolutions' channels-last bytes where they are ("mean_nhwc_in"): no conversion to NCHW, whether
+    the sizes are static or symbolic, and eager's results at two sizes."""
+    torch.manual_seed(0)
+    m = PooledNet().eval()
+    with torch.no_grad():
+        m.body[1].running_mean.uniform_(-0.5, 0.5)
+        m.body[1].running_var.uniform_(0.5, 2.0)
+        torch._dynamo.reset()
+        c = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)), dynamic=dynamic)
+        for shape in ((2, 3, 12, 10), (1, 3, 9, 14)):
+            x = r(*shape)
+            torch.testing.assert_close(c(x), m(x), atol=1e-5, rtol=1e-4)
+    programs = []
+    for g in engine_graphs:
+        programs += list(g.programs.values()) if hasattr(g, "programs") else [g]
+    assert programs
+    for p in programs:
+        kernels = [k for _, _, k in p.exe.instructions()]
+        assert sum(k == "mean_nhwc_in" for k in kernels) == 2, kernels  # (ATen's adaptive pool to 1x1 is a mean)
+        assert not any("nhwc->nchw" in k for k in kernels), kernels
