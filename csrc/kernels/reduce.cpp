@@ -267,8 +267,8 @@ std::unique_ptr<Kernel> make_sum_like(const Node& n, const char* name) {
 }
 std::unique_ptr<Kernel> make_sum(const Node& n, const BuildCtx& ctx) { return make_sum_like<SumOp>(n, "sum"); }
 std::unique_ptr<Kernel> make_prod(const Node& n, const BuildCtx& ctx) { return make_sum_like<ProdOp>(n, "prod"); }
-// A mean over H and W of a 4-D value: the global average pool (ATen's adaptive_avg_pool2d to 1x1,
-// which traces as this mean under symbolic sizes; a squeeze-excitation block's pool; a ConvNeXt
+// A mean over H and W of a 4-D value: the global average pool (ATen's adaptive_avg_pool2d to 1x1
+// traces as this mean, static sizes or symbolic; a squeeze-excitation block's pool; a ConvNeXt
 // head). It reads channels-last bytes as [N, H, W, C] reduced over the middle dims (the Outer path,
 // vectorized over C); its result, [N, C, 1, 1] or [N, C], is the same bytes in either layout.
 bool spatial_mean(const Node& n) {

@@ -315,9 +315,9 @@ def test_instance_norm(dtype):
 
 
 class PooledNet(nn.Module):
-    """A classifier's tail: conv -> BN -> ReLU -> conv, then nn.AdaptiveAvgPool2d(1) (ATen turns a
-    1x1 adaptive pool into a mean over H and W, as under symbolic sizes) or a squeeze-excitation
-    gate (x * sigmoid(fc(mean over H, W)), as EfficientNet's), then a linear head."""
+    """A classifier's tail: conv -> BN -> ReLU -> conv, a squeeze-excitation gate (x * sigmoid(fc(mean
+    over H, W)), as EfficientNet's), then nn.AdaptiveAvgPool2d(1) (ATen traces a 1x1 adaptive pool as
+    a mean over H and W) and a linear head."""
 
     def __init__(self):
         super().__init__()
