@@ -3,6 +3,8 @@
 //   fold_constants    after canonicalize (fewer, larger foldable regions)
 //   cse               after folding: folded constants are compared by identity
 //   dce               drops what cse and folding left unused
+//   attention_permutes  after dce (use counts are final): the head split's and
+//                     merge's permutes around sdpa become its operands' strides
 //   fuse_norms        after dce (use counts are final): a decomposed RMSNorm
 //                     chain becomes one rms_norm node; before the elementwise
 //                     fusions, which would otherwise split the chain up
@@ -26,7 +28,7 @@
 namespace ag {
 
 std::vector<std::string> pass_names() {
-  return {"canonicalize", "fold_constants", "cse", "dce", "fuse_norms", "fuse_rope", "fuse_epilogues", "fuse_elementwise", "fuse_gathers", "materialize_outputs"};
+  return {"canonicalize", "fold_constants", "cse", "dce", "attention_permutes", "fuse_norms", "fuse_rope", "fuse_epilogues", "fuse_elementwise", "fuse_gathers", "materialize_outputs"};
 }
 
 std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
@@ -57,6 +59,7 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const A
     return c;
   });
   run("dce", [&] { return eliminate_dead_code(g); });
+  run("attention_permutes", [&] { return fold_attention_permutes(g); });
   run("fuse_norms", [&] { return fuse_norms(g); });
   run("fuse_rope", [&] { return fuse_rope(g); });
   run("fuse_epilogues", [&] { return fuse_epilogues(g); });

@@ -1,6 +1,9 @@
 // The attention row kernel's split-KV (flash-decoding): when it splits, and that
 // a split run gives what the unsplit one gives, to float rounding. The GEMM path's
 // key range: a masked chunk reads only the keys its rows keep, against a reference.
+// The head split's and merge's permutes folded into sdpa (attention_permutes): every
+// path (short, GEMM, rows) reading [B, L, H, E] operands and writing a [B, L, H, Ev]
+// output gives the bits of the graph that copies them, and no permute is left.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,6 +189,89 @@ TEST(Attention, GemmKeyRangeWholeOrEmpty) {
     cm.causal = true, cm.pad = {10, 20}, cm.fill = {200, 200};  // no row keeps a key: 0, no GEMM
     check_cache_mask(cm);
   }
+}
+
+
+// A transformer's attention as the front lowers it: q, k, v projections' outputs [B, L, H * E]
+// reshaped to [B, L, H, E] and permuted to [B, H, L, E], sdpa, the output permuted back and
+// reshaped to [B, L, H * Ev]; with attention_permutes against the same graph without it (the
+// permutes copied), bit for bit, at 1 and 2 threads.
+struct HeadSplit {
+  int64_t B = 2, H = 4, Hk = 4, L = 12, S = 12, E = 16, Ev = 16;
+  DType t = DType::f32;
+  bool causal = false, mask = false;
+  bool k_out = false;    // the permuted k is also a graph output (a KV cache returned): its permute stays
+  bool o_extra = false;  // sdpa's output has a use besides the permute: the output is not folded
+  std::string kernel;    // the sdpa kernel expected
+};
+
+void check_head_split(const HeadSplit& hs) {
+  const int64_t B = hs.B, H = hs.H, Hk = hs.Hk, L = hs.L, S = hs.S, E = hs.E, Ev = hs.Ev;
+  test::OpCase c;
+  c.args = {TensorType(hs.t, {B, L, H * E}), TensorType(hs.t, {B, S, Hk * E}), TensorType(hs.t, {B, S, Hk * Ev})};
+  std::vector<uint8_t> keep(L * S);
+  for (int64_t x = 0; x < L * S; ++x) keep[x] = (x * 7919) % 10 < 7 || x % S == 0;
+  if (hs.mask) c.args.push_back(test::Arg(TensorType(DType::b8, {1, 1, L, S}), keep.data()));
+  c.build = [hs](Graph& g, const std::vector<Value*>& in) {
+    const std::vector<int64_t> swap{0, 2, 1, 3};
+    auto heads = [&](Value* x, int64_t len, int64_t h, int64_t e, const std::string& name) {
+      Value* r = g.add_node("reshape", {x}, test::attrs({{"shape", std::vector<int64_t>{hs.B, len, h, e}}}),
+                            name + "_view")->out();
+      return g.add_node("permute", {r}, test::attrs({{"dims", swap}}), name + "_t")->out();
+    };
+    std::vector<Value*> ops{heads(in[0], hs.L, hs.H, hs.E, "q"), heads(in[1], hs.S, hs.Hk, hs.E, "k"),
+                            heads(in[2], hs.S, hs.Hk, hs.Ev, "v")};
+    if (hs.mask) ops.push_back(in[3]);
+    Value* o = g.add_node("sdpa", ops, test::attrs({{"is_causal", hs.causal}, {"has_mask", hs.mask}}), "attn")->out();
+    Value* t = g.add_node("permute", {o}, test::attrs({{"dims", swap}}), "o_t")->out();
+    std::vector<Value*> outs{
+        g.add_node("reshape", {t}, test::attrs({{"shape", std::vector<int64_t>{hs.B, hs.L, hs.H * hs.Ev}}}), "o")
+            ->out()};
+    if (hs.k_out) outs.push_back(ops[1]);
+    if (hs.o_extra) outs.push_back(g.add_node("neg", {o}, {}, "o_neg")->out());
+    return outs;
+  };
+  c.ref_passes = PipelineOptions{.disabled = {"attention_permutes"}};
+  c.ref_tol = test::Tol::exact_bits();
+  const int left = (hs.k_out ? 1 : 0) + (hs.o_extra ? 1 : 0);  // permutes that stay
+  c.after_run = [&](const test::Run& r) {
+    EXPECT_EQ(r.nodes_of("permute"), left) << r.graph;
+    EXPECT_EQ(std::count(r.kernels.begin(), r.kernels.end(), hs.kernel), 1) << r.graph;
+  };
+  SCOPED_TRACE(::testing::Message() << "B=" << B << " H=" << H << " Hk=" << Hk << " L=" << L << " S=" << S
+                                    << " E=" << E << " Ev=" << Ev << " " << dtype_name(hs.t) << " causal="
+                                    << hs.causal << " mask=" << hs.mask << " k_out=" << hs.k_out
+                                    << " o_extra=" << hs.o_extra);
+  auto r = test::check_op(c);
+  EXPECT_EQ(r.ref.nodes_of("permute"), 4) << r.ref.graph;
+  EXPECT_EQ(test::count(r.got.graph, "q_blhe=true"), 1) << r.got.graph;
+  EXPECT_EQ(test::count(r.got.graph, "out_blhe=true"), hs.o_extra ? 0 : 1) << r.got.graph;
+}
+
+TEST(Attention, HeadSplitPermutesFoldIntoTheShortPath) {
+  HeadSplit hs;
+  hs.kernel = "sdpa_short_float32";
+  check_head_split(hs);
+  hs.causal = true, hs.mask = true, hs.L = 9, hs.S = 21, hs.E = 20, hs.Ev = 36;  // vector tails: 21 keys, 36 lanes
+  check_head_split(hs);
+  hs.H = 6, hs.Hk = 2, hs.causal = false, hs.k_out = true;  // GQA: three query heads a key head
+  check_head_split(hs);
+  hs.k_out = false, hs.o_extra = true, hs.B = 1, hs.E = 64, hs.Ev = 64, hs.S = 40, hs.L = 33;  // two row blocks
+  check_head_split(hs);
+  hs.t = DType::bf16, hs.o_extra = false, hs.kernel = "sdpa_short_bfloat16";
+  check_head_split(hs);
+}
+
+TEST(Attention, HeadSplitPermutesFoldIntoTheGemmAndRowPaths) {
+  HeadSplit hs;
+  hs.L = 70, hs.S = 90, hs.mask = true, hs.kernel = "sdpa_gemm_float32";  // staged to [B, H, L, E] and back
+  check_head_split(hs);
+  hs.t = DType::bf16, hs.kernel = "sdpa_gemm_bfloat16", hs.causal = true;
+  check_head_split(hs);
+  hs.t = DType::f32, hs.L = 1, hs.S = 300, hs.H = 8, hs.Hk = 2, hs.kernel = "sdpa_rows_float32";  // a decode step
+  check_head_split(hs);
+  hs.B = 1, hs.H = 2, hs.Hk = 1, hs.S = 1500;  // split-KV over 2 threads: its combine writes [B, L, H, Ev]
+  check_head_split(hs);
 }
 
 }  // namespace

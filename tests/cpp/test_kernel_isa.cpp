@@ -186,9 +186,10 @@ TEST(KernelIsa, SoftmaxSpecialValues) {
   }
 }
 
-// ---- attention's GEMM path: the softmax pass between the GEMMs ----------------------------------
+// ---- attention's short path and the GEMM path's softmax pass ---------------------------------------
 // q [1, 2, L, 16] against S keys (L = S), no mask / causal / a bool mask / an additive float mask
-// with -inf, against a double-precision reference, under both ISAs.
+// with -inf, against a double-precision reference, under both ISAs: up to 33 keys the short path
+// (its score vectors' and softmax row's tails), 197 keys the GEMMs with the softmax pass between.
 TEST(KernelIsa, SdpaSoftmaxPassEveryIsaAndTail) {
   const int64_t H = 2, E = 16;
   for (int64_t S : {7, 15, 16, 17, 33, 197})
@@ -232,7 +233,7 @@ TEST(KernelIsa, SdpaSoftmaxPassEveryIsaAndTail) {
       for (int which : isas()) {
         IsaScope sc(which);
         auto r = test::run_op("sdpa", args, attrs({{"is_causal", kind == 1}, {"has_mask", kind >= 2}}));
-        ASSERT_EQ(r.got.kernels.at(0).rfind("sdpa_gemm", 0), 0u) << r.got.kernels[0];
+        ASSERT_EQ(r.got.kernels.at(0).rfind(S <= 33 ? "sdpa_short" : "sdpa_gemm", 0), 0u) << r.got.kernels[0];
         EXPECT_TRUE(test::all_close(r.out(), want, {2e-5, 2e-5})) << isa_name(which) << " S " << S << " kind " << kind;
       }
     }

@@ -2,7 +2,8 @@
 // bit for bit, what one thread alone gives. The graph holds the stateful kernel
 // kinds: a conv with a folded batch norm and fused relu (prepacked weights,
 // blocked-layout reorders, oneDNN argument maps), a linear with a fused GELU,
-// scaled dot-product attention (score scratch, two GEMMs) and a fused
+// scaled dot-product attention on its two paths (the short one: a k^T and a score row
+// per thread slot; the GEMM one: score scratch, two GEMMs) and a fused
 // elementwise chain (tile scratch per thread chunk).
 #include <gtest/gtest.h>
 
@@ -48,8 +49,13 @@ std::shared_ptr<Program> build_mixed_program(std::string* kernels) {
   Value* q = g.add_node("reshape", {l}, attrs({{"shape", std::vector<int64_t>{2, 1, 8, 64}}}), "heads")->out();
   Value* s = g.add_node("sdpa", {q, q, q}, attrs({{"scale", 0.125}, {"is_causal", false}, {"has_mask", false}}),
                         "attn")->out();
+  // cross-attention over 80 keys held as a constant: more than the short path takes
+  Value* mem = constant(g, {2, 1, 80, 64}, 9, 0.5f, "memory");
+  Value* x2 = g.add_node("sdpa", {q, mem, mem}, attrs({{"scale", 0.125}, {"is_causal", false}, {"has_mask", false}}),
+                         "cross_attn")->out();
   Value* t = g.add_node("tanh", {s}, {}, "tanh")->out();
   Value* m = g.add_node("mul", {t, constant(g, {64}, 8, 1.0f, "row")}, {}, "scale_row")->out();
+  m = g.add_node("add", {m, x2}, {}, "add_cross")->out();
   g.set_outputs({g.add_node("add", {m, s}, {}, "residual")->out()});
   run_pipeline(g, PipelineOptions{});
   auto prog = compile_program(g);
@@ -68,6 +74,7 @@ TEST(Threads, ConcurrentCallsMatchOneThreadBitForBit) {
   // 600 of these 1200 calls differed with it)
   EXPECT_TRUE(kernels.find("onednn_matmul") != std::string::npos || kernels.find("panels_f32") != std::string::npos)
       << kernels;
+  EXPECT_NE(kernels.find("sdpa_short"), std::string::npos) << kernels;
   EXPECT_NE(kernels.find("sdpa_gemm"), std::string::npos) << kernels;
   EXPECT_NE(kernels.find("fused_elementwise"), std::string::npos) << kernels;
 

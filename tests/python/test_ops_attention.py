@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import airgraph
+
 from conftest import assert_close, check, compile_native
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -374,3 +376,47 @@ def test_sdpa_gqa_gemm_key_range_per_chunk():
     skipped = C.sdpa_keys_skipped()
     check(f, q, k, v, keep)
     assert C.sdpa_keys_skipped() - skipped >= 7 * L * (S - 200)
+
+
+class HeadSplitAttention(torch.nn.Module):
+    """Self-attention as transformers writes it: projections viewed as [B, L, H, E] and transposed to
+    [B, H, L, E] for sdpa, the output transposed back and reshaped to [B, L, H * E]."""
+
+    def __init__(self, width=96, heads=6, kv_heads=6, causal=False):
+        super().__init__()
+        self.h, self.hk, self.e, self.causal = heads, kv_heads, width // heads, causal
+        self.q = torch.nn.Linear(width, width)
+        self.kv = torch.nn.Linear(width, 2 * kv_heads * self.e)
+        self.o = torch.nn.Linear(width, width)
+
+    def forward(self, x, mask):
+        B, L, _ = x.shape
+        q = self.q(x).view(B, L, self.h, self.e).transpose(1, 2)
+        k, v = self.kv(x).split(self.hk * self.e, dim=-1)
+        k = k.view(B, L, self.hk, self.e).transpose(1, 2)
+        v = v.reshape(B, L, self.hk, self.e).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=None if self.causal else mask,
+                                           is_causal=self.causal, enable_gqa=self.hk != self.h)
+        return self.o(a.transpose(1, 2).reshape(B, L, self.h * self.e))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L,path", [(7, "short"), (40, "short"), (150, "gemm")])
+@pytest.mark.parametrize("kv_heads,causal", [(6, False), (2, True)])
+def test_head_split_and_merge_copy_nothing(dtype, L, path, kv_heads, causal, engine_graphs):
+    """The transposes around attention (head split and merge) are folded into the sdpa kernel
+    (attention_permutes): no permute copy is left in the program, the short sequences run the
+    one-kernel path, longer ones the GEMMs, and the results are eager's, with a padding mask
+    (bool, batch 2, the second sequence shorter) or causal with grouped-query heads."""
+    torch.manual_seed(0)
+    m = HeadSplitAttention(kv_heads=kv_heads, causal=causal).to(dtype).eval()
+    x = r(2, L, 96, dtype=dtype)
+    keep = torch.ones(2, 1, 1, L, dtype=torch.bool)
+    keep[1, ..., L - 3:] = False
+    with torch.no_grad():
+        want = m(x, keep)
+        got = torch.compile(m, backend=airgraph.get_backend(airgraph.CompilerConfig(fallback=False)))(x, keep)
+    assert_close(got, want, None, None, msg="attention")
+    kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
+    assert not any("permute" in k for k in kernels), kernels
+    assert sum(k.startswith(f"sdpa_{path}_") for k in kernels) == 1, kernels
