@@ -592,6 +592,15 @@ class SdpaKernel final : public Kernel {
     return {mx, l};
   }
 
+  // The calling thread's `floats` of workspace: its slot in the scratch, or (a thread past the
+  // slots: more threads than the machine's processors) `local` on the heap.
+  float* thread_slot(float* scratch, int64_t floats, std::vector<float>& local) const {
+    const int tid = omp_get_thread_num();
+    if (tid < slots_) return scratch + static_cast<size_t>(tid) * floats;
+    local.resize(floats);
+    return local.data();
+  }
+
   // Short path: floats of one thread slot's workspace, k^T [E, Sp] and up to four score rows [Sp]
   // (Sp: S rounded up to 16 lanes, so that either width's vectors stay inside it).
   int64_t short_slot_floats() const { return (E_ + 4) * ((S_ + 15) / 16 * 16); }
@@ -721,15 +730,8 @@ class SdpaKernel final : public Kernel {
     const int64_t slot = short_slot_floats();
     const bool avx512 = isa::use_avx512();
     parallel_for(tasks, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, work)), [&](int64_t tb, int64_t te) {
-      const int tid = omp_get_thread_num();
       std::vector<float> local;
-      float* ws;
-      if (tid < slots_) {
-        ws = scratch + static_cast<size_t>(tid) * slot;
-      } else {
-        local.resize(slot);
-        ws = local.data();
-      }
+      float* ws = thread_slot(scratch, slot, local);
       if (avx512) short_tasks_avx512(tb, te, Q, K, V, mask, O, st, ws);
       else short_tasks_avx2(tb, te, Q, K, V, mask, O, st, ws);
     });
@@ -756,15 +758,8 @@ class SdpaKernel final : public Kernel {
     // a split range is kSdpaMinSplit keys or more: one item is worth a thread
     const int64_t grain = ns > 1 ? 1 : std::max<int64_t>(1, 65536 / std::max<int64_t>(1, S_ * (E_ + Ev_)));
     parallel_for(rows * ns, grain, [&](int64_t wb, int64_t we) {
-      int tid = omp_get_thread_num();
       std::vector<float> local;
-      float* sc;
-      if (tid < slots_) {
-        sc = scratch + static_cast<size_t>(tid) * S_;
-      } else {
-        local.resize(S_);
-        sc = local.data();
-      }
+      float* sc = thread_slot(scratch, S_, local);
       for (int64_t w = wb; w < we; ++w) {
         const int64_t r = w / ns, c = w % ns, i = r % L_, b = r / L_ / H_, h = r / L_ % H_;
         const int64_t lim = causal_ ? std::min(S_, i + 1) : S_;
