@@ -353,7 +353,7 @@ def test_local_classes_are_compared_by_what_they_are():
     # attributes, and an instance's __dict__), never an id; anything else that differs refuses it
     import pickle
 
-    from airgraph.cache_compile import _instance_ref, _local_class_ref, _matches, _resolve, _same_local_class
+    from airgraph.cache_compile_refs import _instance_ref, _local_class_ref, _matches, _resolve, _same_local_class
 
     def make(k, flag=True):
         class Func(torch.nn.Module):
