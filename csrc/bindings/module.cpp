@@ -775,6 +775,7 @@ NB_MODULE(_C, m) {
     }
     return r;
   });
+  m.def("sdpa_short_max_keys", &sdpa_short_max_keys);  // tests: the keys the one-kernel path takes (by ISA)
   m.def("sdpa_kv_split_runs", &sdpa_kv_split_runs);  // tests: attention runs that split the keys
   m.def("sdpa_keys_skipped", &sdpa_keys_skipped);  // tests: keys a bool mask let the row kernel skip
 }

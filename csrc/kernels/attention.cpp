@@ -111,7 +111,11 @@ constexpr int64_t kFewRows = 4;  // query rows per key head up to which the row 
 // S 12 18.0 vs 28.4, S 32 37.0 vs 48.8, S 48 53.6 vs 49.1; B 8, S 12 68.3 vs 96.8, S 20 134 vs
 // 119; E 64, B 1, S 32 57.1 vs 54.2. (Its softmax rows are the GEMM path's; what it saves is the
 // two primitives' calls and their parallel regions, which small heads do not pay back.)
+// Without AVX-512 (8 lanes, 2 query rows a group; the same machine with AIRGRAPH_KERNEL_ISA=avx2 and
+// ONEDNN_MAX_CPU_ISA=AVX2, E 32, B 1): S 16 18.0 vs 23.2, S 20 37.9 vs 36.7, S 32 60.7 vs 41.2; B 8, S 12
+// 80.0 vs 148: at most kShortKeysAvx2 keys.
 constexpr int64_t kShortKeys = 64;
+constexpr int64_t kShortKeysAvx2 = 16;
 constexpr int64_t kShortWork = int64_t(1) << 20;
 constexpr int64_t kShortBlock = 32;
 // Element strides of an operand's batch, head and row (its last dim is contiguous).
@@ -184,7 +188,7 @@ class SdpaKernel final : public Kernel {
     }
     const int64_t per_head = G_ * L_ * S_;
     const bool many_rows = B_ * H_ * L_ * Ev_ > 0 && S_ > 0 && E_ > 0 && G_ * L_ > kFewRows;
-    short_ = many_rows && S_ <= kShortKeys && B_ * H_ * L_ * S_ * (E_ + Ev_) <= kShortWork;
+    short_ = many_rows && S_ <= sdpa_short_max_keys() && B_ * H_ * L_ * S_ * (E_ + Ev_) <= kShortWork;
     gemm_ = many_rows && !short_ && per_head <= kScoreBudget;
     if (gemm_) {
       chunk_ = std::max<int64_t>(1, std::min(B_ * Hk_, kScoreBudget / per_head));
@@ -838,6 +842,8 @@ int64_t sdpa_kv_splits(int64_t rows, int nt, int64_t S) {
   if (nt < 2 || rows < 1 || rows >= 2 * int64_t{nt}) return 1;
   return std::max<int64_t>(1, std::min((2 * int64_t{nt} + rows - 1) / rows, S / kSdpaMinSplit));
 }
+
+int64_t sdpa_short_max_keys() { return isa::use_avx512() ? kShortKeys : kShortKeysAvx2; }
 
 int64_t sdpa_kv_split_runs() { return g_split_runs.load(std::memory_order_relaxed); }
 

@@ -1,5 +1,5 @@
-// The attention kernel's split-KV decision, and counts of its split runs and of
-// the keys it skips, for tests (the kernel itself registers as op "sdpa"; see attention.cpp).
+// The attention kernel's split-KV decision, its short path's key limit, and counts of its split runs
+// and of the keys it skips, for tests (the kernel itself registers as op "sdpa"; see attention.cpp).
 #pragma once
 #include <cstdint>
 
@@ -14,6 +14,10 @@ inline constexpr int64_t kSdpaMinSplit = 256;
 // (row, range) items per thread, each range at least kSdpaMinSplit keys.
 // 1 = no split.
 int64_t sdpa_kv_splits(int64_t rows, int nt, int64_t S);
+
+// The most keys the one-kernel short path takes under the instruction set our kernels run now
+// (isa.h): more with AVX-512 than with AVX2 (measured; see attention.cpp's kShortKeys).
+int64_t sdpa_short_max_keys();
 
 // How many runs took the split path so far (process-wide; tests read it).
 int64_t sdpa_kv_split_runs();

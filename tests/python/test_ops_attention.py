@@ -419,4 +419,7 @@ def test_head_split_and_merge_copy_nothing(dtype, L, path, kv_heads, causal, eng
     assert_close(got, want, None, None, msg="attention")
     kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
     assert not any("permute" in k for k in kernels), kernels
+    from airgraph._core import C
+    if path == "short" and L > C.sdpa_short_max_keys():  # (fewer keys without AVX-512)
+        path = "gemm"
     assert sum(k.startswith(f"sdpa_{path}_") for k in kernels) == 1, kernels
