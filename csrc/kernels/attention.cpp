@@ -110,7 +110,7 @@ constexpr int64_t kFewRows = 4;  // query rows per key head up to which the row 
 // median of 15 blocks of 200 calls, microseconds per call, short vs GEMM): 12 heads, E 32: B 1,
 // S 12 18.0 vs 28.4, S 32 37.0 vs 48.8, S 48 53.6 vs 49.1; B 8, S 12 68.3 vs 96.8, S 20 134 vs
 // 119; E 64, B 1, S 32 57.1 vs 54.2. (Its softmax rows are the GEMM path's; what it saves is the
-// two primitives' calls and their parallel regions, which small heads do not pay back.)
+// two primitives' calls and their parallel regions, fixed costs that small heads do not pay back.)
 // Without AVX-512 (8 lanes, 2 query rows a group; the same machine with AIRGRAPH_KERNEL_ISA=avx2 and
 // ONEDNN_MAX_CPU_ISA=AVX2, E 32, B 1): S 16 18.0 vs 23.2, S 20 37.9 vs 36.7, S 32 60.7 vs 41.2; B 8, S 12
 // 80.0 vs 148: at most kShortKeysAvx2 keys.
@@ -203,7 +203,7 @@ class SdpaKernel final : public Kernel {
     // to slots_ threads (more threads split no less: sdpa_kv_splits grows with them)
     const int64_t rows = B_ * H_ * L_;
     max_splits_ = gemm_ || short_ ? 1 : sdpa_kv_splits(rows, slots_, S_);
-    // short path: per thread slot the key head's k^T [E, Sp] and a score row
+    // short path: per thread slot the key head's k^T [E, Sp] and up to four score rows (short_slot_floats)
     n_scores_ = static_cast<size_t>(gemm_    ? chunk_ * G_ * L_ * S_
                                     : short_ ? slots_ * short_slot_floats()
                                              : slots_ * S_ + (max_splits_ > 1 ? rows * max_splits_ * (Ev_ + 2) : 0));
