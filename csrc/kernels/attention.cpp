@@ -605,9 +605,11 @@ class SdpaKernel final : public Kernel {
     return local.data();
   }
 
-  // Short path: floats of one thread slot's workspace, k^T [E, Sp] and up to four score rows [Sp]
-  // (Sp: S rounded up to 16 lanes, so that either width's vectors stay inside it).
-  int64_t short_slot_floats() const { return (E_ + 4) * ((S_ + 15) / 16 * 16); }
+  // Short path: the keys rounded up to 16 lanes (Sp), so that either width's vectors stay inside a
+  // row of k^T or of scores; the floats of one thread slot's workspace, k^T [E, Sp] and up to four
+  // score rows [Sp].
+  int64_t short_keys_padded() const { return (S_ + 15) / 16 * 16; }
+  int64_t short_slot_floats() const { return (E_ + 4) * short_keys_padded(); }
 
   // Tasks [tb, te) of (batch, query head, block of kShortBlock query rows), in that order (a key
   // head's query heads are neighbours, so its k^T is made once per run of them); ws: the thread's
@@ -619,7 +621,7 @@ class SdpaKernel final : public Kernel {
                                                  const float* V, const M* mask, float* O, const Str* st,
                                                  float* ws) const {
     const Str qs = st[0], ks = st[1], vs = st[2], os = st[3];
-    const int64_t Sp = (S_ + 15) / 16 * 16, nblk = (L_ + kShortBlock - 1) / kShortBlock;
+    const int64_t Sp = short_keys_padded(), nblk = (L_ + kShortBlock - 1) / kShortBlock;
     float *kt = ws, *sc = ws + E_ * Sp;
     int64_t made = -1;  // the (batch, key head) whose k^T kt holds
     for (int64_t t = tb; t < te; ++t) {

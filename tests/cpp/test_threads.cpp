@@ -2,7 +2,7 @@
 // bit for bit, what one thread alone gives. The graph holds the stateful kernel
 // kinds: a conv with a folded batch norm and fused relu (prepacked weights,
 // blocked-layout reorders, oneDNN argument maps), a linear with a fused GELU,
-// scaled dot-product attention on its two paths (the short one: a k^T and a score row
+// scaled dot-product attention on its two paths (the short one: a k^T and score rows
 // per thread slot; the GEMM one: score scratch, two GEMMs) and a fused
 // elementwise chain (tile scratch per thread chunk).
 #include <gtest/gtest.h>
