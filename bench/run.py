@@ -1459,7 +1459,7 @@ def bench_cell(m: str, batch: int, backends: list[str], a, cache_root: str) -> d
     here = os.path.abspath(__file__)
     cold = {}
     inductor_cache = os.path.join(cache_root, f"{m}_b{batch}_inductor")
-    for b in backends:
+    for b in ([] if a.no_cold else backends):
         env = dict(os.environ)
         # every cold cell starts with an empty Inductor cache; Inductor's is kept for the latency process
         env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache if b == "inductor" else tempfile.mkdtemp(dir=cache_root)
@@ -1552,6 +1552,8 @@ def main():
     ap.add_argument("--generation-repeats", type=int, default=GEN_REPEATS,
                     help="generate() calls per median (prefill and decode)")
     ap.add_argument("--no-first-call", action="store_true", help="skip the first-call section")
+    ap.add_argument("--no-cold", action="store_true",
+                    help="skip each cell's cold processes (cold compile, peak RSS): latency only")
     ap.add_argument("--first-call-only", action="store_true",
                     help="only the first-call section (no latency cells, no generation, no micro-benchmarks)")
     ap.add_argument("--first-call-repeats", type=int, default=1,
@@ -1627,7 +1629,7 @@ def main():
              and a.block_seconds == BLOCK_S
              and not a.micro_only and not a.no_micro and not a.no_generation and not a.generation_only
              and not a.generation_models and a.generation_new == GEN_NEW and a.generation_repeats == GEN_REPEATS
-             and not a.no_first_call and not a.first_call_only and not a.first_call_models
+             and not a.no_first_call and not a.first_call_only and not a.no_cold and not a.first_call_models
              and a.first_call_repeats == 1 and a.heavy_models == HEAVY_MODELS and a.heavy_runs == HEAVY_RUNS
              and a.peak_sizes == PEAK_SIZES and not a.no_peak)
     out = a.out or (RESULTS if whole else os.path.join(tempfile.gettempdir(), "airgraph_bench"))
@@ -1847,7 +1849,7 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
         "part (lowering, passes, planning, kernel creation). Warm compile: compile and first call in the latency "
         "process, after a throwaway compile has initialized Dynamo and AOTAutograd (Inductor reads the on-disk "
         "cache its cold cell filled). Peak RSS: ru_maxrss of the process (model, inputs, eager reference output "
-        "included).",
+        "included)." + (" Not measured in this run (`--no-cold`): errors only." if a.no_cold else ""),
         "",
         "| model | batch | backend | cold compile s | backend s | warm compile s | peak RSS MB |",
         "|---|---|---|---|---|---|---|",
@@ -1855,6 +1857,8 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
     for c in cells:
         for b, r in c["backends"].items():
             if "cold_compile_s" not in r:
+                if a.no_cold and "error" not in r:
+                    continue
                 zoo_lines.append(f"| {c['model']} | {c['batch']} | {b} | error: {r.get('cold_error', r.get('error'))} "
                              "| | | |")
                 continue
