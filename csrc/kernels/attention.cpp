@@ -128,6 +128,7 @@ constexpr int64_t kShortKeysAvx2 = 16;
 constexpr int64_t kShortWork = int64_t(1) << 20;
 constexpr int64_t kShortBlock = 32;
 constexpr int64_t kTileFloats = int64_t(1) << 18;  // tiled path: at most this many scores (1 MiB) per tile
+constexpr int64_t kTileFromScores = int64_t(1) << 19;  // and where a call's scores pass this (use_tiles)
 // Element strides of an operand's batch, head and row (its last dim is contiguous).
 struct Str {
   int64_t b, h, l;
@@ -232,7 +233,8 @@ class SdpaKernel final : public Kernel {
     size_t pad = 0;
     for (const auto& gs : gemms_)
       for (const Gemms& g : gs) pad = std::max({pad, g.qk.scratch_bytes, g.pv.scratch_bytes});
-    for (const Gemms& g : tile_gemms_) tile_pad_ = std::max({tile_pad_, g.qk.scratch_bytes, g.pv.scratch_bytes});
+    for (const auto& gs : tile_gemms_)
+      for (const Gemms& g : gs) tile_pad_ = std::max({tile_pad_, g.qk.scratch_bytes, g.pv.scratch_bytes});
     tile_pad_ = (tile_pad_ + 63) / 64 * 64;
     pad_off_ = scratch_.add(std::max(pad, tile_pad_ * slots_));
   }
@@ -310,7 +312,7 @@ class SdpaKernel final : public Kernel {
   struct GemmArgs {
     dnnl_util::Args qk, pv;
   };
-  using TileArgs = std::array<dnnl_util::Args, 4>;  // tile_gemms_' qk, pv: full tiles, then the last
+  using TileArgs = std::array<dnnl_util::Args, 8>;  // tile_gemms_' qk, pv: [ranged][last], as 4 r + 2 t
   struct State : KernelState {
     GemmArgs args[2][2];  // as gemms_
     std::vector<TileArgs> tiles;  // per thread slot
@@ -486,13 +488,19 @@ class SdpaKernel final : public Kernel {
   // k, v and the output are read and written through their strides ([B, L, H, E] ones included);
   // only 16-bit operands are staged (widened). Chosen by use_tiles.
   // Where the tiles run: from 16 query rows a head (fewer, a decode step's stacked heads say, stay on
-  // the GEMMs over stacked heads or the row kernel), without a mask, or when the GEMM path could not
-  // hold a head's scores. (With a mask the GEMM path reads only the keys a chunk keeps, a static KV
-  // cache's filled slots: the tiles read all S.) Measured against the GEMM path (Zen 4, AVX-512, 2
-  // threads; sdpa alone, exported, E 64, ms, GEMM vs tiles): B 8, 12 heads, 197 keys 8.2 vs 7.1; B 8,
-  // 12 heads, 128 keys 3.0 vs 2.9; B 1, 14 heads, 512 keys 7.8 vs 6.7 (causal 7.1 vs 6.0); B 1, 6
-  // heads, 1500 keys 1.06-1.13x faster; and B 1, 4 heads, 4096 keys (the row kernel before) 454 vs 125.
-  bool use_tiles() const { return L_ >= 16 && (!has_mask_ || G_ * L_ * S_ > kScoreBudget); }
+  // the GEMMs over stacked heads or the row kernel), without a mask, once the call's scores pass
+  // kTileFromScores (below it the GEMM path's scores stay in cache and its two calls cost no more);
+  // and wherever the GEMM path could not hold a head's scores. (With a mask the GEMM path reads only
+  // the keys a chunk keeps, a static KV cache's filled slots: the tiles read all S.) Measured
+  // against the GEMM path (Zen 4, AVX-512, 2 threads; sdpa alone, exported, E 64, ms, GEMM vs
+  // tiles, blocks interleaved): B 8, 12 heads, 197 keys 10.1 vs 7.9; B 8, 12 heads, 128 keys 3.6 vs
+  // 3.3; B 1, 14 heads, 512 keys 7.8 vs 6.7, causal 7.1 vs 4.3 (the tiles' causal key ranges); B 1,
+  // 6 heads, 1500 keys 1.06-1.13x faster; B 1, 4 heads, 4096 keys (the row kernel before) 454 vs
+  // 125, causal 67. Ties at B 1, 12 heads, 128 to 256 keys; causal at 64 to 128 keys the tiles ran
+  // about 5% slower.
+  bool use_tiles() const {
+    return L_ >= 16 && ((!has_mask_ && B_ * H_ * L_ * S_ > kTileFromScores) || G_ * L_ * S_ > kScoreBudget);
+  }
   // The operand strides the tiles address: the input's own, or its staged copy's (16-bit inputs).
   Str tile_strides(int i) const {
     const int64_t heads[4] = {H_, Hk_, Hk_, H_}, lens[4] = {L_, S_, S_, L_}, dims[4] = {E_, E_, Ev_, Ev_};
@@ -504,27 +512,34 @@ class SdpaKernel final : public Kernel {
     const auto f = dnnl::memory::data_type::f32;
     const Str qs = tile_strides(0), ks = tile_strides(1), vs = tile_strides(2), os = tile_strides(3);
     const int64_t last = L_ % tile_rows_;
-    for (int t = 0; t < (last ? 2 : 1); ++t) {
-      const int64_t m = t == 0 ? tile_rows_ : last;
-      dnnl::memory::desc q_md(dims{m, E_}, f, dims{qs.l, 1});
-      dnnl::memory::desc kt_md(dims{E_, S_}, f, dims{1, ks.l});  // k^T without a copy
-      dnnl::memory::desc s_md(dims{m, S_}, f, dims{S_, 1});
-      dnnl::memory::desc v_md(dims{S_, Ev_}, f, dims{vs.l, 1});
-      dnnl::memory::desc o_md(dims{m, Ev_}, f, dims{os.l, 1});
-      auto attr = dnnl_util::default_attr();
-      dnnl::matmul::primitive_desc qk(dnnl_util::engine(), q_md, kt_md, s_md, attr);
-      dnnl::matmul::primitive_desc pv(dnnl_util::engine(), s_md, v_md, o_md, attr);
-      Gemms& g = tile_gemms_[t];
-      g.qk.init(dnnl::matmul(qk), qk.scratchpad_desc());
-      g.pv.init(dnnl::matmul(pv), pv.scratchpad_desc());
-      g.qk.bind(DNNL_ARG_SRC, q_md), g.qk.bind(DNNL_ARG_WEIGHTS, kt_md), g.qk.bind(DNNL_ARG_DST, s_md);
-      g.pv.bind(DNNL_ARG_SRC, s_md), g.pv.bind(DNNL_ARG_WEIGHTS, v_md), g.pv.bind(DNNL_ARG_DST, o_md);
-    }
+    // (ranged: a causal tile whose rows keep fewer than S keys reads only those, a key count given
+    // per run through oneDNN's runtime dimensions, as the GEMM path's trimmed pair)
+    for (int r = 0; r < (causal_ && tile_rows_ < S_ ? 2 : 1); ++r)
+      for (int t = 0; t < (last ? 2 : 1); ++t) {
+        const int64_t m = t == 0 ? tile_rows_ : last, n = r ? DNNL_RUNTIME_DIM_VAL : S_;
+        dnnl::memory::desc q_md(dims{m, E_}, f, dims{qs.l, 1});
+        dnnl::memory::desc kt_md(dims{E_, n}, f, dims{1, ks.l});  // k^T without a copy
+        dnnl::memory::desc s_md(dims{m, n}, f, dims{S_, 1});
+        dnnl::memory::desc v_md(dims{n, Ev_}, f, dims{vs.l, 1});
+        dnnl::memory::desc o_md(dims{m, Ev_}, f, dims{os.l, 1});
+        auto attr = dnnl_util::default_attr();
+        dnnl::matmul::primitive_desc qk(dnnl_util::engine(), q_md, kt_md, s_md, attr);
+        dnnl::matmul::primitive_desc pv(dnnl_util::engine(), s_md, v_md, o_md, attr);
+        Gemms& g = tile_gemms_[r][t];
+        g.qk.init(dnnl::matmul(qk), qk.scratchpad_desc());
+        g.pv.init(dnnl::matmul(pv), pv.scratchpad_desc());
+        g.qk.bind(DNNL_ARG_SRC, q_md), g.pv.bind(DNNL_ARG_DST, o_md);
+        if (r) continue;  // (the rest are made per run)
+        g.qk.bind(DNNL_ARG_WEIGHTS, kt_md), g.qk.bind(DNNL_ARG_DST, s_md);
+        g.pv.bind(DNNL_ARG_SRC, s_md), g.pv.bind(DNNL_ARG_WEIGHTS, v_md);
+      }
   }
   TileArgs tile_args() const {
     TileArgs a;
-    for (int t = 0; t < 2; ++t)
-      if (tile_gemms_[t].qk.prim) a[2 * t] = tile_gemms_[t].qk.make_args(), a[2 * t + 1] = tile_gemms_[t].pv.make_args();
+    for (int r = 0; r < 2; ++r)
+      for (int t = 0; t < 2; ++t)
+        if (const Gemms& g = tile_gemms_[r][t]; g.qk.prim)
+          a[4 * r + 2 * t] = g.qk.make_args(), a[4 * r + 2 * t + 1] = g.pv.make_args();
     return a;
   }
   template <typename M>
@@ -550,40 +565,57 @@ class SdpaKernel final : public Kernel {
         const int64_t bh = t / per_head, b = bh / H_, h = bh % H_, kh = h / G_, i0 = t % per_head * tile_rows_;
         const int64_t m = std::min(tile_rows_, L_ - i0);
         const int last = m == tile_rows_ ? 0 : 1;
-        dnnl_util::Args &qk = (*a)[2 * last], &pv = (*a)[2 * last + 1];
-        const Gemms& g = tile_gemms_[last];
+        // the keys the tile's rows keep: all S, or (causal) those up to its last row
+        const int64_t w = causal_ ? std::min(S_, i0 + m) : S_;
+        const int r = w < S_ ? 1 : 0;
+        dnnl_util::Args &qk = (*a)[4 * r + 2 * last], &pv = (*a)[4 * r + 2 * last + 1];
+        const Gemms& g = tile_gemms_[r][last];
+        const float *Kh = K + b * ks.b + kh * ks.h, *Vh = V + b * vs.b + kh * vs.h;
+        if (r) {
+          using dims = dnnl::memory::dims;
+          auto mem = [&](dims d, dims st, const float* p) {
+            return dnnl::memory(dnnl::memory::desc(d, dnnl::memory::data_type::f32, st), dnnl_util::engine(),
+                                const_cast<float*>(p));
+          };
+          dnnl::memory s_mem = mem({m, w}, {S_, 1}, sc);
+          qk.m.insert_or_assign(DNNL_ARG_WEIGHTS, mem({E_, w}, {1, ks.l}, Kh));
+          qk.m.insert_or_assign(DNNL_ARG_DST, s_mem);
+          pv.m.insert_or_assign(DNNL_ARG_SRC, s_mem);
+          pv.m.insert_or_assign(DNNL_ARG_WEIGHTS, mem({w, Ev_}, {vs.l, 1}, Vh));
+        } else {
+          qk.set(DNNL_ARG_WEIGHTS, const_cast<float*>(Kh));
+          qk.set(DNNL_ARG_DST, sc);
+          pv.set(DNNL_ARG_SRC, sc);
+          pv.set(DNNL_ARG_WEIGHTS, const_cast<float*>(Vh));
+        }
         qk.set(DNNL_ARG_SRC, const_cast<float*>(Q + b * qs.b + h * qs.h + i0 * qs.l));
-        qk.set(DNNL_ARG_WEIGHTS, const_cast<float*>(K + b * ks.b + kh * ks.h));
-        qk.set(DNNL_ARG_DST, sc);
         g.qk.run(qk, pad);
-        if (avx512) tile_softmax_avx512(sc, m, b, h, i0, mask);
-        else tile_softmax_avx2(sc, m, b, h, i0, mask);
-        pv.set(DNNL_ARG_SRC, sc);
-        pv.set(DNNL_ARG_WEIGHTS, const_cast<float*>(V + b * vs.b + kh * vs.h));
+        if (avx512) tile_softmax_avx512(sc, m, b, h, i0, w, mask);
+        else tile_softmax_avx2(sc, m, b, h, i0, w, mask);
         pv.set(DNNL_ARG_DST, O + b * os.b + h * os.h + i0 * os.l);
         g.pv.run(pv, pad);
       }
     });
   }
-  // softmax_row on a tile's m score rows (query rows i0.. of head h in batch b)
+  // softmax_row on a tile's m score rows of w keys (query rows i0.. of head h in batch b)
   template <int L, typename M>
-  [[gnu::always_inline]] inline void tile_softmax(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0,
+  [[gnu::always_inline]] inline void tile_softmax(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t w,
                                                   const M* mask) const {
     for (int64_t r = 0; r < m; ++r) {
       const int64_t i = i0 + r;
       const M* mrow = mask ? mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] : nullptr;
-      softmax_row<L>(sc + r * S_, mrow, causal_ ? std::min(S_, i + 1) : S_, S_);
+      softmax_row<L>(sc + r * S_, mrow, causal_ ? std::min(w, i + 1) : w, w);
     }
   }
   template <typename M>
-  AG_WRAPPER_AVX512 void tile_softmax_avx512(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0,
+  AG_WRAPPER_AVX512 void tile_softmax_avx512(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t w,
                                              const M* mask) const {
-    tile_softmax<16>(sc, m, b, h, i0, mask);
+    tile_softmax<16>(sc, m, b, h, i0, w, mask);
   }
   template <typename M>
-  AG_WRAPPER_AVX2 void tile_softmax_avx2(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0,
+  AG_WRAPPER_AVX2 void tile_softmax_avx2(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t w,
                                          const M* mask) const {
-    tile_softmax<8>(sc, m, b, h, i0, mask);
+    tile_softmax<8>(sc, m, b, h, i0, w, mask);
   }
 
   // Score rows [rb, re) of a chunk starting at pair c0 (keys lo..lo + w): softmax_row each, written
@@ -954,7 +986,7 @@ class SdpaKernel final : public Kernel {
 
   bool tiles_ = false;
   int64_t tile_rows_ = 0;  // query rows per tile
-  Gemms tile_gemms_[2];    // a tile's two GEMMs: full tiles, the last tile's rows when fewer
+  Gemms tile_gemms_[2][2];  // a tile's two GEMMs [over S keys, ranged][full tiles, the last tile's rows]
   size_t tile_pad_ = 0;    // their scratchpad, per thread slot
   DType t_, mask_t_ = DType::b8;
   int64_t B_, H_, L_, E_, Hk_, S_, Ev_, G_, chunk_ = 1;

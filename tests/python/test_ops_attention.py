@@ -401,14 +401,15 @@ class HeadSplitAttention(torch.nn.Module):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("L,path", [(7, "short"), (40, "short"), (150, "gemm"), (600, "gemm")])
+@pytest.mark.parametrize("L,path", [(7, "short"), (40, "short"), (150, "gemm"), (600, "tiles")])
 @pytest.mark.parametrize("kv_heads,causal", [(6, False), (2, True)])
 def test_head_split_and_merge_copy_nothing(dtype, L, path, kv_heads, causal, engine_graphs):
     """The transposes around attention (head split and merge) are folded into the sdpa kernel
     (attention_permutes): no permute copy is left in the program, the short sequences run the
-    one-kernel path, longer ones the GEMMs with a mask and the tiles without (600 rows: two tiles
-    of 256 query rows and one of 88), and the results are eager's, with a padding mask (bool,
-    batch 2, the second sequence shorter) or causal with grouped-query heads."""
+    one-kernel path, longer ones the GEMMs, the longest the tiles when there is no mask (600 rows,
+    causal: two tiles of 256 query rows, the first reading 256 keys, and one of 88), and the results
+    are eager's, with a padding mask (bool, batch 2, the second sequence shorter) or causal with
+    grouped-query heads."""
     torch.manual_seed(0)
     m = HeadSplitAttention(kv_heads=kv_heads, causal=causal).to(dtype).eval()
     x = r(2, L, 96, dtype=dtype)
@@ -423,6 +424,6 @@ def test_head_split_and_merge_copy_nothing(dtype, L, path, kv_heads, causal, eng
     from airgraph._core import C
     if path == "short" and L > C.sdpa_short_max_keys():  # (fewer keys without AVX-512)
         path = "gemm"
-    if path == "gemm" and causal:  # (no mask: the tiles)
-        path = "tiles"
+    if path == "tiles" and not causal:  # (with a mask: the GEMMs)
+        path = "gemm"
     assert sum(k.startswith(f"sdpa_{path}_") for k in kernels) == 1, kernels
