@@ -562,7 +562,10 @@ class SdpaKernel final : public Kernel {
         own = tile_args(), own_pad.resize(tile_pad_), pad = own_pad.data();
       }
       for (int64_t t = tb; t < te; ++t) {
-        const int64_t bh = t / per_head, b = bh / H_, h = bh % H_, kh = h / G_, i0 = t % per_head * tile_rows_;
+        // (causal: a head's tiles taken first, last, second, second to last ...: a later tile reads more
+        // keys, and a thread's contiguous range of tasks then holds as many late tiles as early ones)
+        const int64_t bh = t / per_head, k = t % per_head, tile = !causal_ ? k : k % 2 ? per_head - 1 - k / 2 : k / 2;
+        const int64_t b = bh / H_, h = bh % H_, kh = h / G_, i0 = tile * tile_rows_;
         const int64_t m = std::min(tile_rows_, L_ - i0);
         const int last = m == tile_rows_ ? 0 : 1;
         // the keys the tile's rows keep: all S, or (causal) those up to its last row
