@@ -488,19 +488,16 @@ class SdpaKernel final : public Kernel {
   // k, v and the output are read and written through their strides ([B, L, H, E] ones included);
   // only 16-bit operands are staged (widened). Chosen by use_tiles.
   // Where the tiles run: from 16 query rows a head (fewer, a decode step's stacked heads say, stay on
-  // the GEMMs over stacked heads or the row kernel), without a mask, once the call's scores pass
-  // kTileFromScores (below it the GEMM path's scores stay in cache and its two calls cost no more);
-  // and wherever the GEMM path could not hold a head's scores. (With a mask the GEMM path reads only
-  // the keys a chunk keeps, a static KV cache's filled slots: the tiles read all S.) Measured
-  // against the GEMM path (Zen 4, AVX-512, 2 threads; sdpa alone, exported, E 64, ms, GEMM vs
-  // tiles, blocks interleaved): B 8, 12 heads, 197 keys 10.1 vs 7.9; B 8, 12 heads, 128 keys 3.6 vs
-  // 3.3; B 1, 14 heads, 512 keys 7.8 vs 6.7, causal 7.1 vs 4.3 (the tiles' causal key ranges); B 1,
-  // 6 heads, 1500 keys 1.06-1.13x faster; B 1, 4 heads, 4096 keys (the row kernel before) 454 vs
-  // 125, causal 67. Ties at B 1, 12 heads, 128 to 256 keys; causal at 64 to 128 keys the tiles ran
-  // about 5% slower.
-  bool use_tiles() const {
-    return L_ >= 16 && ((!has_mask_ && B_ * H_ * L_ * S_ > kTileFromScores) || G_ * L_ * S_ > kScoreBudget);
-  }
+  // the GEMMs over stacked heads or the row kernel), once the call's scores pass kTileFromScores
+  // (below it the GEMM path's scores stay in cache and its two calls cost no more), and wherever the
+  // GEMM path could not hold a head's scores. A tile reads only the keys its rows keep (causality,
+  // a mask: tile_keys). Measured against the GEMM path (Zen 4, AVX-512, 2 threads; sdpa alone,
+  // exported, E 64, ms, GEMM vs tiles, blocks interleaved): B 8, 12 heads, 197 keys 10.1 vs 7.9; B 8,
+  // 12 heads, 128 keys 3.6 vs 3.3; B 1, 14 heads, 512 keys 7.8 vs 6.7, causal 7.1 vs 4.3; B 1, 6
+  // heads, 1500 keys 1.06-1.13x faster; B 1, 4 heads, 4096 keys (the row kernel before) 454 vs 125,
+  // causal 67. Ties at B 1, 12 heads, 128 to 256 keys; causal at 64 to 128 keys the tiles ran about
+  // 5% slower.
+  bool use_tiles() const { return L_ >= 16 && (B_ * H_ * L_ * S_ > kTileFromScores || G_ * L_ * S_ > kScoreBudget); }
   // The operand strides the tiles address: the input's own, or its staged copy's (16-bit inputs).
   Str tile_strides(int i) const {
     const int64_t heads[4] = {H_, Hk_, Hk_, H_}, lens[4] = {L_, S_, S_, L_}, dims[4] = {E_, E_, Ev_, Ev_};
@@ -512,9 +509,9 @@ class SdpaKernel final : public Kernel {
     const auto f = dnnl::memory::data_type::f32;
     const Str qs = tile_strides(0), ks = tile_strides(1), vs = tile_strides(2), os = tile_strides(3);
     const int64_t last = L_ % tile_rows_;
-    // (ranged: a causal tile whose rows keep fewer than S keys reads only those, a key count given
-    // per run through oneDNN's runtime dimensions, as the GEMM path's trimmed pair)
-    for (int r = 0; r < (causal_ && tile_rows_ < S_ ? 2 : 1); ++r)
+    // (ranged: a tile whose rows keep fewer than S keys, causal or masked, reads only those, a key
+    // range given per run through oneDNN's runtime dimensions, as the GEMM path's trimmed pair)
+    for (int r = 0; r < (causal_ || has_mask_ ? 2 : 1); ++r)
       for (int t = 0; t < (last ? 2 : 1); ++t) {
         const int64_t m = t == 0 ? tile_rows_ : last, n = r ? DNNL_RUNTIME_DIM_VAL : S_;
         dnnl::memory::desc q_md(dims{m, E_}, f, dims{qs.l, 1});
@@ -568,12 +565,21 @@ class SdpaKernel final : public Kernel {
         const int64_t b = bh / H_, h = bh % H_, kh = h / G_, i0 = tile * tile_rows_;
         const int64_t m = std::min(tile_rows_, L_ - i0);
         const int last = m == tile_rows_ ? 0 : 1;
-        // the keys the tile's rows keep: all S, or (causal) those up to its last row
-        const int64_t w = causal_ ? std::min(S_, i0 + m) : S_;
+        float* Ot = O + b * os.b + h * os.h + i0 * os.l;
+        // the keys [lo, hi) the tile's rows keep: all S; (causal) those up to its last row; (a mask)
+        // the union of its rows' kept ranges, a static KV cache's filled slots say
+        int64_t lo = 0, hi = causal_ ? std::min(S_, i0 + m) : S_;
+        if (mask) std::tie(lo, hi) = tile_keys(mask, b, h, i0, m);
+        const int64_t w = hi - lo;
+        if (w < S_) g_keys_skipped.fetch_add(m * (S_ - w), std::memory_order_relaxed);
+        if (w == 0) {  // no row keeps a key: 0
+          for (int64_t i = 0; i < m; ++i) std::fill(Ot + i * os.l, Ot + i * os.l + Ev_, 0.f);
+          continue;
+        }
         const int r = w < S_ ? 1 : 0;
         dnnl_util::Args &qk = (*a)[4 * r + 2 * last], &pv = (*a)[4 * r + 2 * last + 1];
         const Gemms& g = tile_gemms_[r][last];
-        const float *Kh = K + b * ks.b + kh * ks.h, *Vh = V + b * vs.b + kh * vs.h;
+        const float *Kh = K + b * ks.b + kh * ks.h + lo * ks.l, *Vh = V + b * vs.b + kh * vs.h + lo * vs.l;
         if (r) {
           using dims = dnnl::memory::dims;
           auto mem = [&](dims d, dims st, const float* p) {
@@ -593,32 +599,47 @@ class SdpaKernel final : public Kernel {
         }
         qk.set(DNNL_ARG_SRC, const_cast<float*>(Q + b * qs.b + h * qs.h + i0 * qs.l));
         g.qk.run(qk, pad);
-        if (avx512) tile_softmax_avx512(sc, m, b, h, i0, w, mask);
-        else tile_softmax_avx2(sc, m, b, h, i0, w, mask);
-        pv.set(DNNL_ARG_DST, O + b * os.b + h * os.h + i0 * os.l);
+        if (avx512) tile_softmax_avx512(sc, m, b, h, i0, lo, w, mask);
+        else tile_softmax_avx2(sc, m, b, h, i0, lo, w, mask);
+        pv.set(DNNL_ARG_DST, Ot);
         g.pv.run(pv, pad);
       }
     });
   }
-  // softmax_row on a tile's m score rows of w keys (query rows i0.. of head h in batch b)
+  // The keys [lo, hi) that a tile's rows (query rows i0 .. i0 + m of head h in batch b) keep: the
+  // union of their kept_keys (lo == hi: none), a row broadcast over queries scanned once, for the
+  // tile's last row (its causal bound the widest).
+  template <typename M>
+  std::pair<int64_t, int64_t> tile_keys(const M* mask, int64_t b, int64_t h, int64_t i0, int64_t m) const {
+    int64_t lo = 0, hi = 0;
+    for (int64_t i = mstr_[2] == 0 ? i0 + m - 1 : i0; i < i0 + m; ++i) {
+      const auto [l, r] = kept_keys(mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2],
+                                    causal_ ? std::min(S_, i + 1) : S_, lo, hi);
+      if (l >= r) continue;
+      if (lo == hi) lo = l, hi = r;
+      else lo = std::min(lo, l), hi = std::max(hi, r);
+    }
+    return {lo, hi};
+  }
+  // softmax_row on a tile's m score rows over the keys [lo, lo + w) (query rows i0.. of head h in batch b)
   template <int L, typename M>
-  [[gnu::always_inline]] inline void tile_softmax(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t w,
-                                                  const M* mask) const {
+  [[gnu::always_inline]] inline void tile_softmax(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t lo,
+                                                  int64_t w, const M* mask) const {
     for (int64_t r = 0; r < m; ++r) {
       const int64_t i = i0 + r;
-      const M* mrow = mask ? mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] : nullptr;
-      softmax_row<L>(sc + r * S_, mrow, causal_ ? std::min(w, i + 1) : w, w);
+      const M* mrow = mask ? mask + b * mstr_[0] + h * mstr_[1] + i * mstr_[2] + lo * mstr_[3] : nullptr;
+      softmax_row<L>(sc + r * S_, mrow, causal_ ? std::clamp<int64_t>(i + 1 - lo, 0, w) : w, w);
     }
   }
   template <typename M>
-  AG_WRAPPER_AVX512 void tile_softmax_avx512(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t w,
-                                             const M* mask) const {
-    tile_softmax<16>(sc, m, b, h, i0, w, mask);
+  AG_WRAPPER_AVX512 void tile_softmax_avx512(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t lo,
+                                             int64_t w, const M* mask) const {
+    tile_softmax<16>(sc, m, b, h, i0, lo, w, mask);
   }
   template <typename M>
-  AG_WRAPPER_AVX2 void tile_softmax_avx2(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t w,
-                                         const M* mask) const {
-    tile_softmax<8>(sc, m, b, h, i0, w, mask);
+  AG_WRAPPER_AVX2 void tile_softmax_avx2(float* sc, int64_t m, int64_t b, int64_t h, int64_t i0, int64_t lo,
+                                         int64_t w, const M* mask) const {
+    tile_softmax<8>(sc, m, b, h, i0, lo, w, mask);
   }
 
   // Score rows [rb, re) of a chunk starting at pair c0 (keys lo..lo + w): softmax_row each, written

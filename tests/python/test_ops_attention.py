@@ -354,14 +354,17 @@ def test_sdpa_gqa_gemm_whole_key_range(dtype, kind):
     assert C.sdpa_keys_skipped() - skipped >= B * H * L * S
 
 
-def test_sdpa_gqa_gemm_key_range_per_chunk():
-    """Longer queries (GQA, 7 * 200 query rows per key head against 1100 keys): the GEMM path takes the 3 (batch,
-    key head) pairs in a chunk of 2 and a remainder of 1, each reading its own rows' key range (a mask per
-    head); then the first chunk's rows keep every key and only the second's range is cut."""
+@pytest.mark.parametrize("L,S,path", [(200, 1100, "tiles"), (15, 14000, "gemm")])
+def test_sdpa_gqa_key_range_per_chunk_or_tile(L, S, path, engine_graphs):
+    """A mask per head (GQA, 21 query heads on 3 key heads): each head's rows keep their own key range, and the
+    keys outside it are not read. 200 query rows a head against 1100 keys run as tiles (a tile reads its rows'
+    range); 15 query rows a head against 14000 keys (7 * 15 stacked rows per key head) run the GEMM path, its
+    3 (batch, key head) pairs in a chunk of 2 and a remainder of 1, each chunk reading its rows' union. Then
+    the first heads' rows keep every key and only the others' ranges are cut."""
     from airgraph._core import C
 
     torch.manual_seed(7)
-    H, Hk, L, S, E = 21, 3, 200, 1100, 64
+    H, Hk, E = 21, 3, 64
     q, k, v = r(1, H, L, E), r(1, Hk, S, E), r(1, Hk, S, E)
     keep = torch.zeros(1, H, L, S, dtype=torch.bool)
     keep[:, 0:7, :, 100:300] = True
@@ -372,6 +375,8 @@ def test_sdpa_gqa_gemm_key_range_per_chunk():
     skipped = C.sdpa_keys_skipped()
     check(f, q, k, v, keep)
     assert C.sdpa_keys_skipped() - skipped >= 14 * L * (S - 450) + 7 * L * (S - 200)
+    kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
+    assert sum(k.startswith(f"sdpa_{path}_") for k in kernels) == 1, kernels
     keep[:, 7:14, :, :] = True
     skipped = C.sdpa_keys_skipped()
     check(f, q, k, v, keep)
@@ -406,10 +411,9 @@ class HeadSplitAttention(torch.nn.Module):
 def test_head_split_and_merge_copy_nothing(dtype, L, path, kv_heads, causal, engine_graphs):
     """The transposes around attention (head split and merge) are folded into the sdpa kernel
     (attention_permutes): no permute copy is left in the program, the short sequences run the
-    one-kernel path, longer ones the GEMMs, the longest the tiles when there is no mask (600 rows,
-    causal: two tiles of 256 query rows, the first reading 256 keys, and one of 88), and the results
-    are eager's, with a padding mask (bool, batch 2, the second sequence shorter) or causal with
-    grouped-query heads."""
+    one-kernel path, longer ones the GEMMs, the longest the tiles (600 rows: two tiles of 256 query
+    rows and one of 88, each reading the keys its rows keep), and the results are eager's, with a
+    padding mask (bool, batch 2, the second sequence shorter) or causal with grouped-query heads."""
     torch.manual_seed(0)
     m = HeadSplitAttention(kv_heads=kv_heads, causal=causal).to(dtype).eval()
     x = r(2, L, 96, dtype=dtype)
@@ -423,7 +427,5 @@ def test_head_split_and_merge_copy_nothing(dtype, L, path, kv_heads, causal, eng
     assert not any("permute" in k for k in kernels), kernels
     from airgraph._core import C
     if path == "short" and L > C.sdpa_short_max_keys():  # (fewer keys without AVX-512)
-        path = "gemm"
-    if path == "tiles" and not causal:  # (with a mask: the GEMMs)
         path = "gemm"
     assert sum(k.startswith(f"sdpa_{path}_") for k in kernels) == 1, kernels
