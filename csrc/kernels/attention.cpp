@@ -33,11 +33,13 @@
 // reads a row's keys from its first kept to its last, the GEMM path a chunk's
 // union of those ranges (kept_keys; sdpa_keys_skipped counts the keys not read).
 //
-// Tiles (longer sequences without a mask, or too long for the GEMM path's budget: use_tiles): the
-// work is cut into (batch, query head, tile of query rows) tasks, run in parallel; a thread runs a
-// tile's two GEMMs itself (q rows x k^T, then probabilities x v, oneDNN on the calling thread) with
-// the softmax rows between, on at most kTileFloats scores of its own, so the scores stay in its
-// cache and no thread waits for another between the GEMMs. A head's scores never exist whole.
+// Tiles (longer sequences: from 16 query rows a head, once a call's scores pass kTileFromScores or a
+// head's the GEMM path's budget; use_tiles): the work is cut into (batch, query head, tile of query
+// rows) tasks, run in parallel; a thread runs a tile's two GEMMs itself (q rows x k^T, then
+// probabilities x v, oneDNN on the calling thread) with the softmax rows between, on at most
+// kTileFloats scores of its own, so the scores stay in its cache and no thread waits for another
+// between the GEMMs. A head's scores never exist whole. A tile reads only the keys its rows keep
+// (causality, a mask's kept ranges: tile_keys).
 //
 // Layouts: q, k and v may each come as [B, L, H, E] (attrs q_blhe, k_blhe, v_blhe: a projection's
 // output split into heads, before the transpose(1, 2) a model writes), and the output may go out
