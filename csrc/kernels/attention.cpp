@@ -33,13 +33,13 @@
 // reads a row's keys from its first kept to its last, the GEMM path a chunk's
 // union of those ranges (kept_keys; sdpa_keys_skipped counts the keys not read).
 //
-// Tiles (longer sequences: from 16 query rows a head, once a call's scores pass kTileFromScores or a
-// head's the GEMM path's budget; use_tiles): the work is cut into (batch, query head, tile of query
-// rows) tasks, run in parallel; a thread runs a tile's two GEMMs itself (q rows x k^T, then
-// probabilities x v, oneDNN on the calling thread) with the softmax rows between, on at most
-// kTileFloats scores of its own, so the scores stay in its cache and no thread waits for another
-// between the GEMMs. A head's scores never exist whole. A tile reads only the keys its rows keep
-// (causality, a mask's kept ranges: tile_keys).
+// Tiles (longer sequences: from 16 query rows a head, on heads of kTileHeadScores scores once a
+// call's pass kTileFromScores, or a head's the GEMM path's budget; use_tiles): the work is cut into
+// (batch, query head, tile of query rows) tasks, run in parallel; a thread runs a tile's two GEMMs
+// itself (q rows x k^T, then probabilities x v, oneDNN on the calling thread) with the softmax rows
+// between, on at most kTileFloats scores of its own, so the scores stay in its cache and no thread
+// waits for another between the GEMMs. A head's scores never exist whole. A tile reads only the
+// keys its rows keep (causality, a mask's kept ranges: tile_keys).
 //
 // Layouts: q, k and v may each come as [B, L, H, E] (attrs q_blhe, k_blhe, v_blhe: a projection's
 // output split into heads, before the transpose(1, 2) a model writes), and the output may go out
@@ -131,6 +131,7 @@ constexpr int64_t kShortWork = int64_t(1) << 20;
 constexpr int64_t kShortBlock = 32;
 constexpr int64_t kTileFloats = int64_t(1) << 18;  // tiled path: at most this many scores (1 MiB) per tile
 constexpr int64_t kTileFromScores = int64_t(1) << 19;  // and where a call's scores pass this (use_tiles)
+constexpr int64_t kTileHeadScores = int64_t(1) << 14;  // and a head's (128 x 128)
 // Element strides of an operand's batch, head and row (its last dim is contiguous).
 struct Str {
   int64_t b, h, l;
@@ -490,16 +491,21 @@ class SdpaKernel final : public Kernel {
   // k, v and the output are read and written through their strides ([B, L, H, E] ones included);
   // only 16-bit operands are staged (widened). Chosen by use_tiles.
   // Where the tiles run: from 16 query rows a head (fewer, a decode step's stacked heads say, stay on
-  // the GEMMs over stacked heads or the row kernel), once the call's scores pass kTileFromScores
-  // (below it the GEMM path's scores stay in cache and its two calls cost no more), and wherever the
-  // GEMM path could not hold a head's scores. A tile reads only the keys its rows keep (causality,
+  // the GEMMs over stacked heads or the row kernel), on heads of at least kTileHeadScores scores
+  // once the call's pass kTileFromScores (below either the GEMM path's scores stay in cache, or a
+  // tile's two GEMM calls cost more than they save), and wherever the GEMM path could not hold a
+  // head's scores. A tile reads only the keys its rows keep (causality,
   // a mask: tile_keys). Measured against the GEMM path (Zen 4, AVX-512, 2 threads; sdpa alone,
   // exported, E 64, ms, GEMM vs tiles, blocks interleaved): B 8, 12 heads, 197 keys 10.1 vs 7.9; B 8,
   // 12 heads, 128 keys 3.6 vs 3.3; B 1, 14 heads, 512 keys 7.8 vs 6.7, causal 7.1 vs 4.3; B 1, 6
   // heads, 1500 keys 1.06-1.13x faster; B 1, 4 heads, 4096 keys (the row kernel before) 454 vs 125,
-  // causal 67. Ties at B 1, 12 heads, 128 to 256 keys; causal at 64 to 128 keys the tiles ran about
-  // 5% slower.
-  bool use_tiles() const { return L_ >= 16 && (B_ * H_ * L_ * S_ > kTileFromScores || G_ * L_ * S_ > kScoreBudget); }
+  // causal 67. Ties at B 1, 12 heads, 128 to 256 keys, and B 8, 12 heads, 96 keys; the tiles ran
+  // 10-11% slower on small heads (B 512, 3 heads of 49 keys and E 32: Swin's windows at batch 8; B
+  // 8, 8 heads, 64 keys), and about 5% slower causal at 64 to 128 keys (B 1, 14 heads on 2).
+  bool use_tiles() const {
+    return L_ >= 16 &&
+           ((L_ * S_ >= kTileHeadScores && B_ * H_ * L_ * S_ > kTileFromScores) || G_ * L_ * S_ > kScoreBudget);
+  }
   // The operand strides the tiles address: the input's own, or its staged copy's (16-bit inputs).
   Str tile_strides(int i) const {
     const int64_t heads[4] = {H_, Hk_, Hk_, H_}, lens[4] = {L_, S_, S_, L_}, dims[4] = {E_, E_, Ev_, Ev_};
