@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
       {"mobilenetv2 960-160 1x1 @7", 960, 160, 7, 1, 1, 1},
       {"mobilenetv2 160-960 1x1 @7", 160, 960, 7, 1, 1, 1},
       {"mobilenetv2 320-1280 1x1 @7", 320, 1280, 7, 1, 1, 1},
+      {"upernet fpn_bottleneck 1024-256 3x3 @64", 1024, 256, 64, 3, 1, 1},
+      {"upernet fpn 256-256 3x3 @64", 256, 256, 64, 3, 1, 1},
+      {"upernet psp bottleneck 1792-256 3x3 @8", 1792, 256, 8, 3, 1, 1},
   };
   const char* only = argc > 1 ? argv[1] : nullptr;  // a substring of the names to run
   engine eng(engine::kind::cpu, 0);

@@ -1,5 +1,5 @@
 """Issue 35, item 2: a blocked activation layout (oneDNN's nChw16c, ONNX Runtime's NCHWc) against
-NHWC, per convolution shape of ResNet-50 and MobileNetV2 (224 x 224, batch 1, f32):
+NHWC, per convolution shape of ResNet-50, MobileNetV2 (224 x 224) and UperNet's heads (256 x 256), batch 1, f32:
 
     python bench/conv_layouts.py                 # every shape (~1 min, 2 threads)
     python bench/conv_layouts.py --only stem     # shapes whose name holds "stem"
