@@ -236,3 +236,48 @@ def test_fused_activation_keeps_nan_and_inf_like_eager(act, gemm):
     assert int(torch.isnan(want).sum()) > 0
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     assert torch.equal(torch.isinf(got), torch.isinf(want))
+
+
+class ConcatHead(nn.Module):
+    """An FPN head (UperNet's bottleneck): four levels made by 1x1 convolutions, concatenated on channels, a 3x3
+    convolution of all of them, BatchNorm, ReLU."""
+
+    def __init__(self, part, bias):
+        super().__init__()
+        self.pre = nn.ModuleList(nn.Conv2d(8, part, 1) for _ in range(4))
+        self.conv = nn.Conv2d(4 * part, 32, 3, padding=1, bias=bias)
+        self.bn = nn.BatchNorm2d(32)
+        with torch.no_grad():
+            self.bn.running_mean.normal_(), self.bn.running_var.uniform_(0.5, 2), self.bn.weight.normal_()
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(torch.cat([p(x) for p in self.pre], 1))))
+
+
+@pytest.mark.parametrize("part,bias,hw,split", [(256, False, 48, True), (256, True, 46, True), (512, True, 9, False),
+                                                (128, True, 48, False)])
+def test_conv_over_a_concatenation_runs_per_part(part, bias, hw, split, engine_graphs):
+    """split_concat_convs: a convolution of 1024 or more concatenated channels over 2048 or more output pixels runs
+    as one convolution per part, the parts' sums as residual-add epilogues and the BatchNorm and ReLU after the
+    last; eager's result, with the pass and without; fewer channels or pixels keep the concatenation. A weight
+    changed in place afterwards reaches the parts (each part's weights are derived from the whole)."""
+    torch.manual_seed(0)
+    m = ConcatHead(part, bias).eval()
+    x = torch.randn(1, 8, hw, hw)
+    with torch.no_grad():
+        want = m(x)
+        compiled = compile_native(m)
+        got = compiled(x)
+        off = compile_native(m, disable_passes=["split_concat_convs"])(x)
+    assert_close(got, want, msg="per part vs eager")
+    assert_close(off, want, msg="whole vs eager")
+    kernels = [k for g in engine_graphs[:1] for _, _, k in g.exe.instructions()]
+    three = [k for k in kernels if k.startswith("onednn_conv") and "nhwc_in" in k]
+    assert len(three) == (4 if split else 1), kernels
+    assert any(k.startswith("cat") for k in kernels) != split, kernels
+    if split:
+        assert sum("+ add" in k for k in three) == 3, three
+        assert "by hand: relu" in three[-1], three
+        with torch.no_grad():
+            m.conv.weight[:, part:2 * part].mul_(-2.0)  # the second part's channels
+            assert_close(compiled(x), m(x), msg="after a weight change")
