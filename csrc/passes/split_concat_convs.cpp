@@ -35,6 +35,7 @@ int split_concat_convs(Graph& g) {
   int changes = 0;
   for (Node* n : snapshot) {
     if (n->inputs.size() < 2 || n->inputs.size() > 3 || n->attrs.has("post_ops")) continue;
+    if (!n->sym_attrs.empty() || n->sized) continue;  // (attrs that are sizes of a symbolic graph's symbols)
     Value *x = n->inputs[0], *w = n->inputs[1];
     Node* cat = x->producer;
     if (!is_op(cat, "cat") || uses[x->id] != 1 || is_output[x->id] || cat->inputs.size() < 2) continue;
