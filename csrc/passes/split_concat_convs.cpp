@@ -8,7 +8,8 @@
 // (fuse_epilogues); a BatchNorm and activation after the convolution follow the last part.
 // Only f32 2-D convolutions with constant weights (each part's slice is a constant derived from
 // them, so a weight change rebuilds the graph as for any folded constant), groups 1, at least
-// kFromChannels input channels, and a concatenation used only by that convolution.
+// kFromChannels input channels and kFromPixels output pixels, no attribute that is a symbol's size,
+// and a concatenation used only by that convolution.
 // After dce (use counts are final), before the fusions.
 #include <cstring>
 
