@@ -71,6 +71,11 @@ using ChannelsLastFn = bool (*)(const Node& node, int i);
 // writes to `attrs` (given the node's own). kElementwise ops with one result are transparent without
 // one (their attributes hold no dims).
 using NhwcViewFn = bool (*)(const Node& node, Attrs* attrs);
+// The input whose bytes the node's kernel may take as its result's starting value, adding its
+// result to them (a residual add run as oneDNN's sum post-op), or -1: the planner may then put
+// output 0 over that input where it dies at the node (runtime/memory_planner.cpp). The kernel
+// checks at run time whether it got them (and copies the input there where it did not).
+using AccumulatesIntoFn = int (*)(const Node& node, const BuildCtx& ctx);
 
 struct OpDef {
   const char* name = nullptr;
@@ -89,6 +94,7 @@ struct OpDef {
   bool epilogue = false;
   ChannelsLastFn channels_last = nullptr;  // nullptr: row-major only
   NhwcViewFn nhwc_view = nullptr;
+  AccumulatesIntoFn accumulates_into = nullptr;
   // A unary op with no row in the fused interpreter (a plugin's op, kernels/plugin.h): its float32
   // row function, in place, with the instruction's numbers; the interpreter runs it for the op's
   // fused_code (the GEMM/conv epilogues apply it as a post-op).

@@ -84,6 +84,43 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
 // Post-ops a convolution runs by hand swap operand pointers in a stack array of this many inputs.
 constexpr size_t kMaxHandInputs = 16;
 
+// The leading post-ops a convolution folds into its weights and bias (ConvKernel::plan_folding):
+// a constant per-channel (or scalar) mul, then such an add, where `allowed` (f32, constant weights
+// and bias).
+size_t folded_post_ops(const epi::Epilogue& e, bool allowed, bool* mul, bool* add) {
+  auto ok = [&](size_t i, int64_t code) {
+    if (!allowed || i >= e.ops.size()) return false;
+    const epi::Op& op = e.ops[i];
+    return op.code == code && op.cdata && (op.mode == epi::Mode::Channel || op.mode == epi::Mode::Scalar);
+  };
+  *mul = ok(0, epi::kMul);
+  *add = ok(*mul ? 1 : 0, epi::kAdd);
+  return static_cast<size_t>(*mul) + static_cast<size_t>(*add);
+}
+
+// The input a convolution's kernel adds its result to through oneDNN's sum post-op, or -1 (its
+// OpDef::accumulates_into): an f32 convolution writing NHWC (its primitive's destination), nothing empty, whose first post-op
+// after the folded ones adds a full-size f32 NHWC value (a residual). The add is one rounding of
+// the same two numbers either way, so the sum gives the bits the binary post-op gives.
+int conv_sum_operand(const Node& n, const BuildCtx& ctx) {
+  const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
+  if (x.dtype != DType::f32 || w.dtype != DType::f32 || o.dtype != DType::f32 || x.rank() != 4 ||
+      x.numel() == 0 || w.numel() == 0 || o.numel() == 0 || !ctx.nhwc(n.outputs[0]->id))
+    return -1;
+  const bool has_bias = epi::base_inputs(n.inputs.size(), n.attrs) > 2;
+  const bool allowed = n.inputs[1]->is_const() && (!has_bias || n.inputs[2]->is_const());
+  const Shape os = o.shape();
+  const epi::Epilogue e = epi::parse(n, os, true);
+  bool mul = false, add = false;
+  const size_t k0 = folded_post_ops(e, allowed, &mul, &add);
+  if (k0 >= e.binary_end(k0)) return -1;
+  const epi::Op& op = e.ops[k0];
+  if (op.code != epi::kAdd || op.mode != epi::Mode::Full || op.cdata || op.input < 0 || op.dt != DType::f32 ||
+      op.shape != os || !ctx.nhwc(n.inputs[op.input]->id))
+    return -1;
+  return op.input;
+}
+
 class ConvKernel final : public Kernel {
  public:
   ConvKernel(const Node& n, const BuildCtx& ctx) {
@@ -137,7 +174,7 @@ class ConvKernel final : public Kernel {
       auto w_md = base ? base->weights_desc()
                        : (w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d));
       dnnl::primitive_attr attr = default_attr();
-      if (k > k0_) attr.set_post_ops(epi::to_dnnl_post_ops(epi_, k0_, k, &o_md));
+      if (k > k0_) attr.set_post_ops(epi::to_dnnl_post_ops(epi_, k0_, k, &o_md, sum_k_));
       bool ok = try_make_pd(pd, [&] {
         if (prim_bias_)
           return dnnl::convolution_forward::primitive_desc(
@@ -155,6 +192,7 @@ class ConvKernel final : public Kernel {
     };
     auto build = [&](dt d) -> bool {
       plan_folding(d == dt::f32 && w_const && (!has_bias_ || b_const));
+      plan_sum(n, ctx, d);
       dnnl::convolution_forward::primitive_desc pd;
       if (!make(d, k0_, nullptr, pd)) return false;
       k_dnnl_ = k0_;
@@ -183,7 +221,7 @@ class ConvKernel final : public Kernel {
       post_.assign(k_dnnl_, PostArg{});
       for (size_t i = k0_; i < k_dnnl_; ++i) {
         const epi::Op& op = epi_.ops[i];
-        if (op.input < 0) continue;
+        if (op.input < 0 || i == sum_k_) continue;  // (the sum's operand is the destination: run)
         PostArg& pa = post_[i];
         pa.arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i - k0_)) | DNNL_ARG_SRC_1;
         pa.input = op.input;
@@ -222,6 +260,12 @@ class ConvKernel final : public Kernel {
                shape_str(ws_));
     }
     if (dst_f32_ && !emu_) out_f32_ = scratch_.add(o_n_ * 4);
+    if (sum_input_ >= 0) {
+      AG_CHECK(!emu_ && !dst_f32_ && !out_ro_.needed && n_in_ <= kMaxHandInputs,
+               "conv: node ", n.context(), ": a residual sum needs the result in its operand's layout");
+      if (sum_k_ >= k_dnnl_) sum_copy_ = scratch_.add(o_n_ * 4);
+      else name_ += " (add as sum)";
+    }
     if (emu_) {
       x_f32_ = scratch_.add(x_n_ * 4);
       out_f32_ = scratch_.add(o_n_ * 4);
@@ -304,13 +348,18 @@ class ConvKernel final : public Kernel {
     void* o_plain = f32_out ? ScratchLayout::at(ctx, out_f32_) : out[0];
     void* o = out_ro_.needed ? ScratchLayout::at(ctx, o_blk_) : o_plain;
     st.exec.set(DNNL_ARG_DST, o);
+    void* swapped[kMaxHandInputs];
+    void* const* args = in;
+    if (sum_input_ >= 0) {
+      std::copy(in, in + n_in_, swapped);
+      prepare_sum(in, o, ctx, swapped);
+      args = swapped;
+    }
     exec_.run(st.exec, ScratchLayout::at(ctx, pad_));
     if (out_ro_.needed) out_ro_.run(st.out_ro, o, o_plain);
     if (k_dnnl_ < epi_.ops.size()) {
-      void* const* args = in;
-      void* swapped[kMaxHandInputs];
       if (!hand_ro_.empty()) {  // full operands in another layout than the result's, reordered first
-        std::copy(in, in + n_in_, swapped);
+        if (args == in) std::copy(in, in + n_in_, swapped);
         for (size_t i = 0; i < hand_ro_.size(); ++i) {
           const HandReorder& h = hand_ro_[i];
           void* dst = ScratchLayout::at(ctx, h.buf_off);
@@ -374,6 +423,28 @@ class ConvKernel final : public Kernel {
     }
   }
 
+  // The residual add as oneDNN's sum post-op (conv_sum_operand): the primitive adds its result to
+  // what the destination holds, which is the operand itself where the memory plan put the result
+  // over its bytes (OpDef::accumulates_into), and a copy of it elsewhere (run). Where the primitive
+  // does not take the sum, the add runs by hand (from a copy of the operand where it is the result's
+  // bytes).
+  void plan_sum(const Node& n, const BuildCtx& ctx, dt d) {
+    sum_input_ = d == dt::f32 ? conv_sum_operand(n, ctx) : -1;
+    sum_k_ = sum_input_ >= 0 ? k0_ : SIZE_MAX;
+  }
+  // Before the primitive runs: the operand into the destination `o` (the sum), or a copy of it where
+  // the add runs by hand over its bytes; the inputs the post-ops by hand read then (args).
+  void prepare_sum(void* const* in, void* o, const RunCtx& ctx, void** args) const {
+    void* r = in[sum_input_];
+    if (sum_k_ < k_dnnl_) {
+      if (o != r) std::memcpy(o, r, o_n_ * 4);
+    } else if (o == r) {
+      void* c = ScratchLayout::at(ctx, sum_copy_);
+      std::memcpy(c, r, o_n_ * 4);
+      args[sum_input_] = c;
+    }
+  }
+
   void run_zero(void* const* in, void* const* out, const RunCtx& ctx) const {
     float* o = t_ == DType::f32 ? static_cast<float*>(out[0]) : ScratchLayout::at<float>(ctx, out_f32_);
     std::memset(o, 0, o_n_ * 4);
@@ -394,18 +465,7 @@ class ConvKernel final : public Kernel {
   // primitive computes in f32: W' = W * a, b' = b * a + s (one rounding of
   // each product, as the unfused batch_norm's).
   void plan_folding(bool allowed) {
-    fold_mul_ = fold_add_ = false;
-    k0_ = 0;
-    auto ok = [&](size_t i, int64_t code) {
-      if (i >= epi_.ops.size()) return false;
-      const epi::Op& op = epi_.ops[i];
-      return op.code == code && op.cdata && (op.mode == epi::Mode::Channel || op.mode == epi::Mode::Scalar);
-    };
-    if (allowed) {
-      fold_mul_ = ok(0, epi::kMul);
-      fold_add_ = ok(fold_mul_ ? 1 : 0, epi::kAdd);
-    }
-    k0_ = static_cast<size_t>(fold_mul_) + static_cast<size_t>(fold_add_);
+    k0_ = folded_post_ops(epi_, allowed, &fold_mul_, &fold_add_);
     prim_bias_ = has_bias_ || fold_add_;
   }
   static float channel_value(const epi::Op& op, int64_t c) {
@@ -480,6 +540,10 @@ class ConvKernel final : public Kernel {
   Shape xs_, ws_, os_;
   bool has_bias_ = false, emu_ = false, empty_ = false, zero_ = false, w_const_ = false;
   int64_t x_n_ = 0, w_n_ = 0, o_n_ = 0, O_ = 0;
+  // The residual add as oneDNN's sum post-op (plan_sum): its op index (SIZE_MAX: none) and operand
+  size_t sum_k_ = SIZE_MAX;
+  int sum_input_ = -1;
+  size_t sum_copy_ = kNone;  // (the add by hand over its own operand's bytes: a copy of the operand)
   Exec exec_;
   Reorder in_ro_, out_ro_;
   bool in_nhwc_ = false, out_nhwc_ = false;  // channels-last input / result (BuildCtx::channels_last)
@@ -510,6 +574,7 @@ static bool conv_channels_last(const Node& n, int i) {
 }
 
 AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = -1, .infer = infer_conv,
-                      .make_kernel = make_conv, .props = kCostlyKernel, .channels_last = conv_channels_last});
+                      .make_kernel = make_conv, .props = kCostlyKernel, .channels_last = conv_channels_last,
+                      .accumulates_into = conv_sum_operand});
 
 }  // namespace ag

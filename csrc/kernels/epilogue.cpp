@@ -123,12 +123,18 @@ size_t Epilogue::binary_end(size_t k0) const {
   return k;
 }
 
-dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md) {
+dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md,
+                                size_t sum_at) {
   using alg = dnnl::algorithm;
   AG_CHECK(k <= e.binary_end(k0), "epilogue: post-ops ", k0, "..", k, " are not all binary");
   dnnl::post_ops po;
   for (size_t i = k0; i < k && i < e.ops.size(); ++i) {
     const Op& op = e.ops[i];
+    if (i == sum_at) {
+      AG_CHECK(op.code == kAdd && op.mode == Mode::Full, "epilogue: post-op ", i, " is no full-size add");
+      po.append_sum(1.0f);  // (dst = result + 1.0 * dst: one rounding, as the add's)
+      continue;
+    }
     alg a = op.code == kAdd ? alg::binary_add
             : op.code == kSub ? alg::binary_sub
             : op.code == kMul ? alg::binary_mul

@@ -43,8 +43,11 @@ Epilogue parse(const Node& n, const Shape& view, bool conv);
 // oneDNN binary post-ops for ops[k0..k) (all binary: k <= binary_end(k0)). Operand descriptors
 // are plain (operand_md), except full operands when `full_md` is given (conv: the primitive's
 // dst layout; the kernel reorders the operand into it). The operand of op i is bound to
-// DNNL_ARG_ATTR_MULTIPLE_POST_OP(i - k0) | DNNL_ARG_SRC_1.
-dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md = nullptr);
+// DNNL_ARG_ATTR_MULTIPLE_POST_OP(i - k0) | DNNL_ARG_SRC_1. Op `sum_at` (an add of a full-size
+// operand) becomes oneDNN's sum post-op instead: the destination holds the operand when the
+// primitive runs, and the primitive adds its result to it (no operand to bind).
+dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dnnl::memory::desc* full_md = nullptr,
+                                size_t sum_at = SIZE_MAX);
 dnnl::memory::desc operand_md(const Op& op);
 
 }  // namespace ag::epi

@@ -166,7 +166,10 @@ std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& o
              "; specialize the graph before compiling it");
     prog->input_types.push_back(v->type);
   }
-  MemoryPlan plan = plan_memory(g, opt.allow_inplace);
+  CompileOptions o = opt;
+  const std::vector<uint8_t> nhwc = opt.channels_last ? plan_channels_last(g) : std::vector<uint8_t>{};
+  if (opt.channels_last) o.build.channels_last = &nhwc;
+  MemoryPlan plan = plan_memory(g, opt.allow_inplace, &o.build);
   prog->arena_bytes = plan.arena_bytes;
   prog->external_bytes = plan.external_bytes;
   auto operand = [&](Value* v) {
@@ -189,9 +192,6 @@ std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& o
     prog->operands.push_back(p);
     prog->arena_offsets.push_back(arena_off);
   };
-  CompileOptions o = opt;
-  const std::vector<uint8_t> nhwc = opt.channels_last ? plan_channels_last(g) : std::vector<uint8_t>{};
-  if (opt.channels_last) o.build.channels_last = &nhwc;
   std::vector<KernelCache::Entry> cached;  // (made ahead through `kernels`)
   Prebuilt pre = prebuild_heavy_kernels(g, o.build, kernels, cached);
   for (auto& n : g.nodes()) {

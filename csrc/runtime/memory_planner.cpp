@@ -13,18 +13,20 @@ size_t align64(size_t n) { return ((n + 63) / 64) * 64; }
 // Whether node n's kernel may write its single output over operand k's bytes: an elementwise op
 // reads each element before writing it (a whole operand, not a broadcast one); an update
 // (kUpdatesInput0) copies operand 0 and then only writes, if no other operand reads those bytes.
-bool may_overwrite(const Node& n, size_t k, const std::vector<int>& root) {
+// An accumulating kernel (OpDef::accumulates_into: `acc`) adds its result to operand acc's bytes,
+// likewise if no other operand reads them.
+bool may_overwrite(const Node& n, size_t k, const std::vector<int>& root, int acc) {
   const Value* x = n.inputs[k];
   if (n.outputs.size() != 1 || x->type.numel() != n.outputs[0]->type.numel()) return false;
   if (n.op->has(kElementwise)) return true;
-  if (!n.op->has(kUpdatesInput0) || k != 0) return false;
-  for (size_t j = 1; j < n.inputs.size(); ++j)
-    if (root[n.inputs[j]->id] == root[x->id]) return false;
+  if (!(n.op->has(kUpdatesInput0) && k == 0) && static_cast<int>(k) != acc) return false;
+  for (size_t j = 0; j < n.inputs.size(); ++j)
+    if (j != k && root[n.inputs[j]->id] == root[x->id]) return false;
   return true;
 }
 }  // namespace
 
-MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
+MemoryPlan plan_memory(const Graph& g, bool allow_inplace, const BuildCtx* ctx) {
   MemoryPlan plan;
   const int nv = g.num_values();
   plan.loc.assign(nv, Location{});
@@ -85,7 +87,7 @@ MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
         for (size_t k = 0; k < n.inputs.size() && ok; ++k) {
           const Value* x = n.inputs[k];
           if (root[x->id] != in->id) continue;
-          ok = t == tp && x == in && may_overwrite(p, k, root);
+          ok = t == tp && x == in && may_overwrite(p, k, root, -1);
         }
       }
       if (!ok) continue;
@@ -107,11 +109,12 @@ MemoryPlan plan_memory(const Graph& g, bool allow_inplace) {
   if (allow_inplace) {
     for (int t = 0; t < nn; ++t) {
       const Node& n = *nodes[t];
-      if (!(n.op->has(kElementwise) || n.op->has(kUpdatesInput0)) || n.outputs.size() != 1) continue;
+      const int acc = ctx && n.op->accumulates_into ? n.op->accumulates_into(n, *ctx) : -1;
+      if (!(n.op->has(kElementwise) || n.op->has(kUpdatesInput0) || acc >= 0) || n.outputs.size() != 1) continue;
       Value* o = n.outputs[0];
       if (root[o->id] != o->id || is_external[o->id]) continue;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
-        if (!may_overwrite(n, k, root)) continue;
+        if (!may_overwrite(n, k, root, acc)) continue;
         Value* in = n.inputs[k];
         int r = root[in->id];
         Value* rv = g.value(r);

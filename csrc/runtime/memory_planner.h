@@ -7,7 +7,9 @@
 //  2. Each node-output root lives from the node that writes it to the last node
 //     that reads it or any view of it.
 //  3. An elementwise node may write in place over an input root that dies at
-//     that node and has the output's size (not a graph output, not a view).
+//     that node and has the output's size (not a graph output, not a view); so may a node
+//     whose kernel adds its result to that input (OpDef::accumulates_into, given `ctx`), when
+//     no other input of the node reads the same bytes.
 //  4. Roots that reach a graph output are "external": allocated fresh on every
 //     call and handed to the caller, so results never alias the arena.
 //     A graph output that the graph writes into one of its inputs (Graph::input_writes) is
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/kernel.h"
 #include "ir/graph.h"
 
 namespace ag {
@@ -43,6 +46,6 @@ struct MemoryPlan {
   std::vector<int> output_in_input;  // by graph output: the input it is computed in, or -1
 };
 
-MemoryPlan plan_memory(const Graph& g, bool allow_inplace = true);
+MemoryPlan plan_memory(const Graph& g, bool allow_inplace = true, const BuildCtx* ctx = nullptr);
 
 }  // namespace ag

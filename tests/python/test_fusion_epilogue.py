@@ -281,3 +281,57 @@ def test_conv_over_a_concatenation_runs_per_part(part, bias, hw, split, engine_g
         with torch.no_grad():
             m.conv.weight[:, part:2 * part].mul_(-2.0)  # the second part's channels
             assert_close(compiled(x), m(x), msg="after a weight change")
+
+
+class Bottleneck(nn.Module):
+    """ResNet's bottleneck: 1x1 reduce, 3x3, 1x1 expand + BatchNorm, the residual (identity or a projection) added
+    before the last ReLU, then the next block's first convolution. `keep` also returns a convolution of the residual
+    (read after the block's last convolution)."""
+
+    def __init__(self, c, mid, project, keep):
+        super().__init__()
+        self.c1, self.c2, self.c3 = nn.Conv2d(c, mid, 1, bias=False), nn.Conv2d(mid, mid, 3, padding=1), nn.Conv2d(mid, c, 1)
+        self.b3 = nn.BatchNorm2d(c)
+        self.proj = nn.Sequential(nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c)) if project else None
+        self.keep, self.post, self.post2 = keep, nn.Conv2d(c, c, 1), nn.Conv2d(c, 4, 1)
+        with torch.no_grad():
+            self.b3.running_mean.uniform_(-0.5, 0.5), self.b3.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        x = F.relu(self.pre(x)) if hasattr(self, "pre") else x
+        y = self.c3(F.relu(self.c2(F.relu(self.c1(x)))))
+        r = self.proj(x) if self.proj is not None else x
+        out = self.post(F.relu(self.b3(y) + r))  # (the next block's convolution: the sum's result stays NHWC)
+        return (out, self.post2(r)) if self.keep else out
+
+
+@pytest.mark.parametrize("project,keep,stem", [(False, False, True), (True, False, False), (False, True, True),
+                                               (True, True, False), (False, False, False)])
+def test_residual_add_as_sum_over_the_residual(project, keep, stem, engine_graphs):
+    """A convolution's residual add runs as oneDNN's sum post-op (conv_sum_operand): where the residual dies at the
+    convolution, its result is computed over the residual's bytes (the memory plan's in place); where the residual
+    is read again (`keep`), the convolution copies it first and leaves it intact. Eager's result; the same bits
+    without the in-place plan; the input unchanged."""
+    torch.manual_seed(0)
+    m = Bottleneck(32, 8, project, keep).eval()
+    if stem:
+        m.pre = nn.Conv2d(32, 32, 3, padding=1)
+    x = torch.randn(2, 32, 12, 12)
+    x0 = x.clone()
+    with torch.no_grad():
+        want = m(x)
+        got = compile_native(m)(x)
+        graphs = list(engine_graphs)
+        plain = compile_native(m, allow_inplace=False)(x)
+    assert_close(got, want, msg="vs eager")
+    assert torch.equal(x, x0), "the input was written"
+    for a, b in zip(got if keep else [got], plain if keep else [plain]):
+        assert torch.equal(a, b), "in place vs copied: other bits"
+    kernels = [k for g in graphs for _, _, k in g.exe.instructions()]
+    summed = [k for k in kernels if "(add as sum)" in k]
+    # (the residual the graph's input itself: row-major bytes, the add stays a binary post-op reading them)
+    assert len(summed) == (1 if stem or project else 0), kernels
+    assert all("by hand: relu" in k for k in summed), kernels
+    inplace = sum(g.exe.stats()["inplace"] for g in graphs)
+    if stem and not keep:  # (the residual, the stem's result, dies at the last convolution)
+        assert inplace >= 1, kernels
