@@ -313,10 +313,10 @@ def test_residual_add_as_sum_over_the_residual(project, keep, stem, engine_graph
     is read again (`keep`), the convolution copies it first and leaves it intact. Eager's result; the same bits
     without the in-place plan; the input unchanged."""
     torch.manual_seed(0)
-    m = Bottleneck(32, 8, project, keep).eval()
+    m = Bottleneck(256, 16, project, keep).eval()  # (the sum from 256 output channels: kSumMinChannels)
     if stem:
-        m.pre = nn.Conv2d(32, 32, 3, padding=1)
-    x = torch.randn(2, 32, 12, 12)
+        m.pre = nn.Conv2d(256, 256, 1)
+    x = torch.randn(2, 256, 5, 6)
     x0 = x.clone()
     with torch.no_grad():
         want = m(x)
@@ -325,6 +325,14 @@ def test_residual_add_as_sum_over_the_residual(project, keep, stem, engine_graph
         plain = compile_native(m, allow_inplace=False)(x)
     assert_close(got, want, msg="vs eager")
     assert torch.equal(x, x0), "the input was written"
+    narrow = Bottleneck(128, 16, project, keep).eval()  # (fewer channels: the binary post-op)
+    if stem:
+        narrow.pre = nn.Conv2d(128, 128, 1)
+    before = len(engine_graphs)
+    with torch.no_grad():
+        assert_close(compile_native(narrow)(x[:, :128]), narrow(x[:, :128]), msg="128 channels vs eager")
+    graphs_narrow = list(engine_graphs)[before:]
+    assert graphs_narrow
     for a, b in zip(got if keep else [got], plain if keep else [plain]):
         assert torch.equal(a, b), "in place vs copied: other bits"
     kernels = [k for g in graphs for _, _, k in g.exe.instructions()]
@@ -332,6 +340,7 @@ def test_residual_add_as_sum_over_the_residual(project, keep, stem, engine_graph
     # (the residual the graph's input itself: row-major bytes, the add stays a binary post-op reading them)
     assert len(summed) == (1 if stem or project else 0), kernels
     assert all("by hand: relu" in k for k in summed), kernels
+    assert not any("(add as sum)" in k for g in graphs_narrow for _, _, k in g.exe.instructions())
     inplace = sum(g.exe.stats()["inplace"] for g in graphs)
     if stem and not keep:  # (the residual, the stem's result, dies at the last convolution)
         assert inplace >= 1, kernels
