@@ -99,9 +99,10 @@ size_t folded_post_ops(const epi::Epilogue& e, bool allowed, bool* mul, bool* ad
 }
 
 // The input a convolution's kernel adds its result to through oneDNN's sum post-op, or -1 (its
-// OpDef::accumulates_into): an f32 convolution writing NHWC (its primitive's destination), nothing empty, whose first post-op
-// after the folded ones adds a full-size f32 NHWC value (a residual). The add is one rounding of
-// the same two numbers either way, so the sum gives the bits the binary post-op gives.
+// OpDef::accumulates_into): an f32 convolution writing NHWC (its primitive's destination), nothing
+// empty, whose first post-op after the folded ones adds a full-size f32 NHWC value (a residual).
+// The add is one rounding of the same two numbers either way, so the sum gives the bits the binary
+// post-op gives.
 //
 // Only from kSumMinChannels output channels: measured interleaved on a Zen 3 (AVX2, 2 threads, exported models,
 // the same bits), ResNet-50's residual convolutions (256-2048 channels) ran 8.5% faster at batch 8 and 4% at
@@ -109,8 +110,9 @@ size_t folded_post_ops(const epi::Epilogue& e, bool allowed, bool* mul, bool* ad
 constexpr int64_t kSumMinChannels = 256;
 int conv_sum_operand(const Node& n, const BuildCtx& ctx) {
   const TensorType &x = n.inputs[0]->type, &w = n.inputs[1]->type, &o = n.outputs[0]->type;
-  if (x.dtype != DType::f32 || w.dtype != DType::f32 || o.dtype != DType::f32 || x.rank() != 4 || o.size(1) < kSumMinChannels ||
-      x.numel() == 0 || w.numel() == 0 || o.numel() == 0 || !ctx.nhwc(n.outputs[0]->id))
+  if (x.dtype != DType::f32 || w.dtype != DType::f32 || o.dtype != DType::f32 || x.rank() != 4 ||
+      o.size(1) < kSumMinChannels || x.numel() == 0 || w.numel() == 0 || o.numel() == 0 ||
+      !ctx.nhwc(n.outputs[0]->id))
     return -1;
   const bool has_bias = epi::base_inputs(n.inputs.size(), n.attrs) > 2;
   const bool allowed = n.inputs[1]->is_const() && (!has_bias || n.inputs[2]->is_const());
