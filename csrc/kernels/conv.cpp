@@ -7,7 +7,9 @@
 // into the primitive's layout once, when the kernel is built. 16-bit dtypes
 // without a native oneDNN implementation are computed in f32.
 #include "kernels/common.h"
+#include "kernels/conv_pointwise.h"
 #include "kernels/epilogue.h"
+#include "kernels/isa.h"
 #include "kernels/onednn_util.h"
 #include "ir/serialize.h"
 
@@ -83,6 +85,14 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
 
 // Post-ops a convolution runs by hand swap operand pointers in a stack array of this many inputs.
 constexpr size_t kMaxHandInputs = 16;
+// conv_pointwise.h's kernel takes a 1x1 convolution of K inputs and O outputs where K O / (K + O) (its
+// multiply-adds per float read or written) is at most kPointwiseMaxIntensity and its result at least
+// kPointwiseMinBytes. Measured per shape against oneDNN 3.2's brgconv_1x1 on a Zen 4 (2 threads, the
+// shapes of MobileNetV2, batch 1 and 8): 1.14-1.78x where both hold (16 -> 96 and 32 -> 16 at 112 x 112,
+// 24 -> 144 at 56 x 56, batch 8; 16 -> 96 at batch 1), 0.75-0.96x on the compute-bound shapes and those
+// whose result stays in the cache (oneDNN keeps them). Output blocks of about kPointwiseBlock floats.
+constexpr int64_t kPointwiseMaxIntensity = 21, kPointwiseMinBytes = int64_t{4} << 20,
+                  kPointwiseMaxWeights = 64 * 1024, kPointwiseBlock = 16 * 1024;
 
 // The leading post-ops a convolution folds into its weights and bias (ConvKernel::plan_folding):
 // a constant per-channel (or scalar) mul, then such an add, where `allowed` (f32, constant weights
@@ -160,6 +170,10 @@ class ConvKernel final : public Kernel {
       if (t_ != DType::f32) out_f32_ = scratch_.add(o_n_ * 4);
       if (has_bias_) bias_f32_ = scratch_.add(O_ * 4);
       if (!epi_.empty()) name_ = "conv_zero_channels" + post_name(0);
+      return;
+    }
+    if (pointwise_fits(n, ctx, p, w_const, b_const)) {
+      build_pointwise(n, ctx, w_const, b_const);
       return;
     }
     dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pad(p.padding.begin(), p.padding.end()),
@@ -294,7 +308,10 @@ class ConvKernel final : public Kernel {
       if (pa.ro.needed) pa.buf_off = scratch_.add(pa.bytes);
     }
     for (HandReorder& h : hand_ro_) h.buf_off = scratch_.add(h.ro.to_md.get_size());
-    if (k0_) fold_bias(b_const);
+    if (k0_) {
+      fold_bias(b_const);
+      exec_.set(DNNL_ARG_BIAS, folded_bias_.data());
+    }
     if (w_const) {  // prepack once
       std::function<void(float*)> fold;
       uint64_t fold_tag = 0;  // (names the scale folded in: graphs folding the same one share the copy)
@@ -319,11 +336,12 @@ class ConvKernel final : public Kernel {
   std::unique_ptr<KernelState> make_state() const override {
     if (empty_ || zero_) return nullptr;
     auto st = std::make_unique<State>();
+    for (const HandReorder& h : hand_ro_) st->hand_ro.push_back(h.ro.make_args());
+    if (pointwise_) return st;
     st->exec = exec_.make_args();
     st->in_ro = in_ro_.make_args();
     st->out_ro = out_ro_.make_args();
     for (const PostArg& pa : post_) st->post.push_back(pa.input >= 0 ? pa.ro.make_args() : Args{});
-    for (const HandReorder& h : hand_ro_) st->hand_ro.push_back(h.ro.make_args());
     return st;
   }
 
@@ -331,6 +349,10 @@ class ConvKernel final : public Kernel {
     if (empty_) return;
     if (zero_) {
       run_zero(in, out, ctx);
+      return;
+    }
+    if (pointwise_) {
+      run_pointwise(in, out, ctx);
       return;
     }
     State& st = *static_cast<State*>(ctx.state);
@@ -365,14 +387,9 @@ class ConvKernel final : public Kernel {
     exec_.run(st.exec, ScratchLayout::at(ctx, pad_));
     if (out_ro_.needed) out_ro_.run(st.out_ro, o, o_plain);
     if (k_dnnl_ < epi_.ops.size()) {
-      if (!hand_ro_.empty()) {  // full operands in another layout than the result's, reordered first
+      if (!hand_ro_.empty()) {
         if (args == in) std::copy(in, in + n_in_, swapped);
-        for (size_t i = 0; i < hand_ro_.size(); ++i) {
-          const HandReorder& h = hand_ro_[i];
-          void* dst = ScratchLayout::at(ctx, h.buf_off);
-          h.ro.run(st.hand_ro[i], in[h.input], dst);
-          swapped[h.input] = dst;
-        }
+        reorder_hand_operands(in, st, ctx, swapped);
         args = swapped;
       }
       hand_.apply_all(static_cast<float*>(o_plain), o_n_ / hand_.L, args, k_dnnl_);
@@ -396,6 +413,84 @@ class ConvKernel final : public Kernel {
     int input = 0;
     size_t buf_off = kNone;
   };
+  // Full operands of the post-ops by hand in another layout than the result's, reordered into it
+  // (swapped: a copy of the inputs; their entries now point at the copies).
+  void reorder_hand_operands(void* const* in, State& st, const RunCtx& ctx, void** swapped) const {
+    for (size_t i = 0; i < hand_ro_.size(); ++i) {
+      const HandReorder& h = hand_ro_[i];
+      void* dst = ScratchLayout::at(ctx, h.buf_off);
+      h.ro.run(st.hand_ro[i], in[h.input], dst);
+      swapped[h.input] = dst;
+    }
+  }
+
+  // A 1x1 f32 convolution (stride 1, no padding, one group) from channels-last bytes to channels-last
+  // bytes, with constant weights (and bias), that is memory-bound (kPointwiseMaxIntensity) and writes more
+  // than the cores' caches hold (kPointwiseMinBytes): its own kernel (conv_pointwise.h), the post-ops run on
+  // each block of rows it writes. Not where the planner may put the result over a residual
+  // (conv_sum_operand): that add is oneDNN's sum.
+  bool pointwise_fits(const Node& n, const BuildCtx& ctx, const ConvParams& p, const void* w_const,
+                      const void* b_const) const {
+    if (t_ != DType::f32 || xs_.size() != 4 || ws_[2] != 1 || ws_[3] != 1 || p.groups != 1 || !in_nhwc_ ||
+        !out_nhwc_ || !w_const || (has_bias_ && !b_const) || n.inputs.size() > kMaxHandInputs)
+      return false;
+    for (size_t i = 0; i < p.stride.size(); ++i)
+      if (p.stride[i] != 1 || p.padding[i] != 0 || p.padding_r[i] != 0) return false;
+    const int64_t K = ws_[1];
+    return K * O_ <= kPointwiseMaxIntensity * (K + O_) && K * O_ <= kPointwiseMaxWeights &&
+           o_n_ * 4 >= kPointwiseMinBytes && conv_sum_operand(n, ctx) < 0;
+  }
+  void build_pointwise(const Node& n, const BuildCtx& ctx, const void* w_const, const void* b_const) {
+    pointwise_ = true;
+    plan_folding(true);
+    k_dnnl_ = k0_;
+    plan_by_hand(n, ctx);
+    for (HandReorder& h : hand_ro_) h.buf_off = scratch_.add(h.ro.to_md.get_size());
+    const float* w = static_cast<const float*>(w_const);
+    std::vector<float> scaled;
+    if (fold_mul_) {  // W[o, :] * scale[o], one rounding each, as the oneDNN path's prepack
+      const int64_t K = ws_[1];
+      scaled.assign(w, w + w_n_);
+      for (int64_t o = 0; o < O_; ++o) {
+        const float a = channel_value(epi_.ops[0], o);
+        for (int64_t k = 0; k < K; ++k) scaled[o * K + k] *= a;
+      }
+      w = scaled.data();
+    }
+    const float* b = static_cast<const float*>(b_const);
+    if (k0_) {
+      fold_bias(b_const);
+      b = static_cast<const float*>(folded_bias_.data());
+    }
+    pw_ = pointwise::pack(w, b, O_, ws_[1]);
+    name_ = std::string("pointwise_conv_float32 (") + (isa::use_avx512() ? "avx512" : "avx2") + ")" +
+            post_name(k_dnnl_) + " nhwc_in nhwc_out";
+    if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
+  }
+  // Blocks of output rows (pixels) of about kPointwiseBlock floats, each written once and its post-ops run
+  // on it while it is in the cache.
+  void run_pointwise(void* const* in, void* const* out, const RunCtx& ctx) const {
+    void* swapped[kMaxHandInputs];
+    void* const* args = in;
+    if (!hand_ro_.empty()) {
+      std::copy(in, in + n_in_, swapped);
+      reorder_hand_operands(in, *static_cast<State*>(ctx.state), ctx, swapped);
+      args = swapped;
+    }
+    const float* x = static_cast<const float*>(in[0]);
+    float* y = static_cast<float*>(out[0]);
+    const int64_t M = o_n_ / O_;
+    const int64_t block = std::clamp<int64_t>(kPointwiseBlock / pw_.Op, 16, 1024);
+    const bool avx512 = isa::use_avx512(), post = k_dnnl_ < hand_.ops.size();
+    parallel_for(M, block, [&](int64_t b, int64_t e) {
+      for (int64_t m0 = b; m0 < e; m0 += block) {
+        const int64_t m1 = std::min(e, m0 + block);
+        pointwise::rows(pw_, x, y, m0, m1, avx512);
+        if (post) hand_.apply_rows(y, m0, m1, args, k_dnnl_);
+      }
+    });
+  }
+
   void plan_by_hand(const Node& n, const BuildCtx& ctx) {
     hand_ = epi_;
     hand_ro_.clear();
@@ -490,7 +585,6 @@ class ConvKernel final : public Kernel {
       if (fold_mul_) b[o] *= channel_value(epi_.ops[0], o);
       if (fold_add_) b[o] += channel_value(epi_.ops[fold_mul_ ? 1 : 0], o);
     }
-    exec_.set(DNNL_ARG_BIAS, b);
   }
 
   std::string post_name(size_t k) const {
@@ -551,6 +645,8 @@ class ConvKernel final : public Kernel {
   size_t sum_k_ = SIZE_MAX;
   int sum_input_ = -1;
   size_t sum_copy_ = kNone;  // (the add by hand over its own operand's bytes: a copy of the operand)
+  bool pointwise_ = false;  // conv_pointwise.h's kernel (pointwise_fits) instead of oneDNN's
+  pointwise::Packed pw_;
   Exec exec_;
   Reorder in_ro_, out_ro_;
   bool in_nhwc_ = false, out_nhwc_ = false;  // channels-last input / result (BuildCtx::channels_last)

@@ -69,6 +69,20 @@ void binary_any(float* s, int64_t n, DType dt, const void* p, bool scalar, F f) 
 
 }  // namespace
 
+namespace {
+
+// op (binary) on s[0..n) with its operand at p (one value where `scalar`)
+void binary_op(const Op& op, float* s, int64_t n, const char* p, bool scalar) {
+  switch (op.code) {
+    case kAdd: binary_any(s, n, op.dt, p, scalar, ew::R_add<float>(op.p)); break;
+    case kSub: binary_any(s, n, op.dt, p, scalar, ew::R_sub<float>(op.p)); break;
+    case kMul: binary_any(s, n, op.dt, p, scalar, ew::R_mul<float>(op.p)); break;
+    case kDiv: binary_any(s, n, op.dt, p, scalar, ew::R_div<float>(op.p)); break;
+  }
+}
+
+}  // namespace
+
 void Epilogue::apply(float* s, int64_t r, int64_t j0, int64_t n, void* const* in, size_t k0) const {
   for (size_t k = k0; k < ops.size(); ++k) {
     const Op& op = ops[k];
@@ -86,11 +100,30 @@ void Epilogue::apply(float* s, int64_t r, int64_t j0, int64_t n, void* const* in
       case Mode::Col: p += static_cast<size_t>(j0) * es, scalar = false; break;
       case Mode::Channel: p += static_cast<size_t>(r % C) * es; break;
     }
-    switch (op.code) {
-      case kAdd: binary_any(s, n, op.dt, p, scalar, ew::R_add<float>(op.p)); break;
-      case kSub: binary_any(s, n, op.dt, p, scalar, ew::R_sub<float>(op.p)); break;
-      case kMul: binary_any(s, n, op.dt, p, scalar, ew::R_mul<float>(op.p)); break;
-      case kDiv: binary_any(s, n, op.dt, p, scalar, ew::R_div<float>(op.p)); break;
+    binary_op(op, s, n, p, scalar);
+  }
+}
+
+void Epilogue::apply_rows(float* out, int64_t r0, int64_t r1, void* const* in, size_t k0) const {
+  float* s = out + r0 * L;
+  const int64_t n = (r1 - r0) * L;
+  for (size_t k = k0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
+    if (!is_binary(op.code)) {
+      fe::run_unary(op.code, op.p, s, s, n);
+      continue;
+    }
+    const char* p = static_cast<const char*>(op.cdata ? op.cdata : in[op.input]);
+    const size_t es = dtype_size(op.dt);
+    switch (op.mode) {  // (the block's rows are contiguous: a scalar or full-size operand is one segment)
+      case Mode::Scalar: binary_op(op, s, n, p, true); break;
+      case Mode::Full: binary_op(op, s, n, p + static_cast<size_t>(r0 * L) * es, false); break;
+      case Mode::Col:
+        for (int64_t r = r0; r < r1; ++r) binary_op(op, out + r * L, L, p, false);
+        break;
+      case Mode::Channel:
+        for (int64_t r = r0; r < r1; ++r) binary_op(op, out + r * L, L, p + static_cast<size_t>(r % C) * es, true);
+        break;
     }
   }
 }

@@ -32,6 +32,9 @@ struct Epilogue {
   bool empty() const { return ops.empty(); }
   // Applies ops[k0..] to seg[0..n), which is output row r, columns j0..j0+n.
   void apply(float* seg, int64_t r, int64_t j0, int64_t n, void* const* in, size_t k0) const;
+  // Applies ops[k0..] to rows [r0, r1) of an f32 output of rows of L elements (row r at out + r * L), op
+  // by op over the block (serial: a kernel's block while it is in the cache).
+  void apply_rows(float* out, int64_t r0, int64_t r1, void* const* in, size_t k0) const;
   // Applies ops[k0..] to a whole f32 output of R x L elements (parallel).
   void apply_all(float* out, int64_t R, void* const* in, size_t k0) const;
   // The end of the run of binary ops from k0 (the ops a oneDNN primitive may take as post-ops).

@@ -344,3 +344,49 @@ def test_residual_add_as_sum_over_the_residual(project, keep, stem, engine_graph
     inplace = sum(g.exe.stats()["inplace"] for g in graphs)
     if stem and not keep:  # (the residual, the stem's result, dies at the last convolution)
         assert inplace >= 1, kernels
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block at a large size: a depthwise convolution, the 1x1 expansion + BatchNorm + `act`, a depthwise
+    convolution, the 1x1 projection + BatchNorm, the residual added (`res`), the next block's depthwise convolution."""
+
+    def __init__(self, c, mid, act, res):
+        super().__init__()
+        self.pre = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.expand, self.b1, self.act = nn.Conv2d(c, mid, 1, bias=False), nn.BatchNorm2d(mid), act
+        self.dw = nn.Conv2d(mid, mid, 3, padding=1, groups=mid)
+        self.project, self.b2, self.res = nn.Conv2d(mid, c, 1), nn.BatchNorm2d(c), res
+        self.post = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        with torch.no_grad():
+            for b in (self.b1, self.b2):
+                b.running_mean.uniform_(-0.5, 0.5), b.running_var.uniform_(0.5, 2.0), b.weight.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        h = self.pre(x)
+        y = self.b2(self.project(self.dw(self.act(self.b1(self.expand(h))))))
+        return self.post(y + h if self.res else y)
+
+
+@pytest.mark.parametrize("c,mid,hw,act,res", [(16, 96, 112, nn.ReLU6(), False), (24, 144, 220, nn.Hardswish(), True),
+                                              (13, 37, 170, nn.GELU(), True), (8, 20, 230, nn.ReLU6(), True)])
+def test_memory_bound_1x1_conv_runs_its_post_ops_per_block(c, mid, hw, act, res, engine_graphs):
+    """A memory-bound 1x1 convolution with a large result runs on the engine's own kernel (conv_pointwise.h),
+    its folded BatchNorm, activation and residual add applied to each block of rows it writes: eager's result,
+    NaN where eager has NaN (an activation never turns it into a number), the kernel named (its AVX2 and AVX-512
+    variants: tests/cpp/test_conv_pointwise.cpp)."""
+    torch.manual_seed(0)
+    m = InvertedResidual(c, mid, act, res).eval()
+    x = torch.randn(1, c, hw, hw)
+    x[0, c // 2, hw // 3, hw // 2] = float("nan")
+    with torch.no_grad():
+        want = m(x)
+        got = compile_native(m)(x)
+    assert_close(got, want, msg="vs eager")
+    assert torch.isnan(want).any() and torch.equal(torch.isnan(got), torch.isnan(want))
+    kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
+    pointwise = [k for k in kernels if k.startswith("pointwise_conv_float32")]
+    # the expansion is memory-bound with a result over 4 MiB (kPointwiseMaxIntensity, kPointwiseMinBytes); the
+    # projection too where its result is that large
+    big_projection = c * hw * hw * 4 >= 4 << 20 and c * mid <= 21 * (c + mid)
+    assert len(pointwise) == 1 + big_projection, kernels
+    assert f"by hand: {'add ' if res and big_projection else ''}" in pointwise[-1] or not res, pointwise
