@@ -86,11 +86,12 @@ std::vector<TensorType> infer_conv(const std::vector<TensorType>& in, const Attr
 // Post-ops a convolution runs by hand swap operand pointers in a stack array of this many inputs.
 constexpr size_t kMaxHandInputs = 16;
 // conv_pointwise.h's kernel takes a 1x1 convolution of K inputs and O outputs where K O / (K + O) (its
-// multiply-adds per float read or written) is at most kPointwiseMaxIntensity and its result at least
-// kPointwiseMinBytes. Measured per shape against oneDNN 3.2's brgconv_1x1 on a Zen 4 (2 threads, the
-// shapes of MobileNetV2, batch 1 and 8): 1.14-1.78x where both hold (16 -> 96 and 32 -> 16 at 112 x 112,
-// 24 -> 144 at 56 x 56, batch 8; 16 -> 96 at batch 1), 0.75-0.96x on the compute-bound shapes and those
-// whose result stays in the cache (oneDNN keeps them). Output blocks of about kPointwiseBlock floats.
+// multiply-adds per float read or written) is at most kPointwiseMaxIntensity and its input and result
+// together are at least kPointwiseMinBytes. Measured per shape against oneDNN 3.2's brgconv_1x1 on a Zen 4
+// (2 threads, the 1x1 shapes of MobileNetV2 at batch 1 and 8, interleaved): 1.08-1.53x where both hold
+// (32 -> 16 and 16 -> 96 at 112 x 112, 96 -> 24 and 24 -> 144 at 56 x 56, batch 8), 1.00x on 144 -> 24
+// there and on 16 -> 96 at batch 1; 0.72-0.96x on the compute-bound shapes and those that stay in the
+// cache, which keep oneDNN. Output blocks of about kPointwiseBlock floats.
 constexpr int64_t kPointwiseMaxIntensity = 21, kPointwiseMinBytes = int64_t{4} << 20,
                   kPointwiseMaxWeights = 64 * 1024, kPointwiseBlock = 16 * 1024;
 
@@ -425,8 +426,8 @@ class ConvKernel final : public Kernel {
   }
 
   // A 1x1 f32 convolution (stride 1, no padding, one group) from channels-last bytes to channels-last
-  // bytes, with constant weights (and bias), that is memory-bound (kPointwiseMaxIntensity) and writes more
-  // than the cores' caches hold (kPointwiseMinBytes): its own kernel (conv_pointwise.h), the post-ops run on
+  // bytes, with constant weights (and bias), that is memory-bound (kPointwiseMaxIntensity) and reads and writes
+  // more than the cores' caches hold (kPointwiseMinBytes): its own kernel (conv_pointwise.h), the post-ops run on
   // each block of rows it writes. Not where the planner may put the result over a residual
   // (conv_sum_operand): that add is oneDNN's sum.
   bool pointwise_fits(const Node& n, const BuildCtx& ctx, const ConvParams& p, const void* w_const,
@@ -438,7 +439,7 @@ class ConvKernel final : public Kernel {
       if (p.stride[i] != 1 || p.padding[i] != 0 || p.padding_r[i] != 0) return false;
     const int64_t K = ws_[1];
     return K * O_ <= kPointwiseMaxIntensity * (K + O_) && K * O_ <= kPointwiseMaxWeights &&
-           o_n_ * 4 >= kPointwiseMinBytes && conv_sum_operand(n, ctx) < 0;
+           (x_n_ + o_n_) * 4 >= kPointwiseMinBytes && conv_sum_operand(n, ctx) < 0;
   }
   void build_pointwise(const Node& n, const BuildCtx& ctx, const void* w_const, const void* b_const) {
     pointwise_ = true;

@@ -51,8 +51,7 @@ template <int NV, int R>
     for (int v = 0; v < NV; ++v) load<8>(wv[v], w + v * 8);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      F xb;
-      splat<8>(xb, xr[r][k]);
+      const F xb = _mm256_broadcast_ss(xr[r] + k);  // (from memory: a load, no shuffle)
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[r][v] += xb * wv[v];
     }
