@@ -24,6 +24,7 @@ them, rebuilt into the model's structure where torch's pytree can serialize it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import os
@@ -325,7 +326,10 @@ class LoadedModel:
         self._rebuild = self._out_rebuilder(meta.get("outputs") or {})
         self.report = CompileReport()
         # the engine program: one for a static graph, one per size binding (a SizedGraph) for a symbolic one
-        self.compiled = compile_graph(self.lowered, self.config, self.report, observers_for(self.config))
+        # the file owns its weights: "auto" packs every GEMM's (CompilerConfig.pack_weights)
+        cfg = self.config if self.config.pack_weights != "auto" else dataclasses.replace(self.config,
+                                                                                         pack_weights="auto-owned")
+        self.compiled = compile_graph(self.lowered, cfg, self.report, observers_for(cfg))
         self._static = None if self.symbols else self.compiled
         self._programs = None if self._static is not None else self.compiled.programs
 

@@ -302,6 +302,46 @@ class ConvHead(torch.nn.Module):
         return torch.relu(self.bn(self.conv(x))).mean((2, 3)) @ self.w
 
 
+def test_a_loaded_file_packs_its_linear_weights_with_no_second_copy(tmp_path):
+    """A loaded file owns its weights (no module holds them), so pack_weights="auto" packs every GEMM's linear
+    weights there (CompilerConfig.pack_weights: "auto-owned"), not only those of 9-15 rows as under
+    torch.compile: the file stores the packed forms its check run made, and a new process maps them (no packed
+    copy of its own) and gives the model's answer. torch.compile of the same module (its weights the
+    module's) reads them in place: no packed bytes."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 128)).eval()
+    x = torch.randn(64, 256)  # (64 rows: read in place under torch.compile's "auto")
+    path = tmp_path / "mlp.agraph"
+    airgraph.export(m, (x,), path)
+    plain = sum(t.numel() * t.element_size() for t in m.state_dict().values())
+    weights = (256 * 512 + 512 * 128) * 4
+    assert os.path.getsize(path) > plain + weights, "the file holds the packed linear weights too"
+    torch.save({"x": x, "want": m(x).detach()}, tmp_path / "io.pt")
+    code = (
+        "import torch, airgraph\n"
+        "from airgraph._core import C\n"
+        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
+        f"m = airgraph.load({str(path)!r})\n"
+        "for _ in range(2):\n"
+        "    got = m(io['x'])\n"
+        "    C.wait_background_idle()\n"
+        "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-5)\n"
+        "print('packed', C.packed_weight_bytes(), 'reused', C.packed_weight_reuses())\n"
+        "before = C.packed_weight_bytes()\n"
+        "with torch.no_grad():\n"
+        "    c = torch.compile(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),\n"
+        "                                          torch.nn.Linear(512, 128)).eval(), backend='airgraph')\n"
+        "    c(io['x'])\n"
+        "C.wait_background_idle()\n"
+        "print('compiled', C.packed_weight_bytes() - before)\n")
+    r = _python(code, {})
+    assert r.returncode == 0, r.stdout + r.stderr
+    words = r.stdout.split()
+    packed, reused, compiled = int(words[1]), int(words[3]), int(words[5])
+    assert packed == 0 and reused >= 2, r.stdout  # (both linears' packed forms mapped from the file)
+    assert compiled == 0, r.stdout
+
+
 @pytest.mark.parametrize("isa", ["native", "AVX2"])
 def test_the_file_holds_packed_weights_that_a_new_process_maps(tmp_path, isa):
     """The exported file stores the weights its kernels packed beside the plain ones: a new process on
