@@ -302,6 +302,23 @@ class ConvHead(torch.nn.Module):
         return torch.relu(self.bn(self.conv(x))).mean((2, 3)) @ self.w
 
 
+def _run_loaded(tmp_path, path, x, want, env=None, then=""):
+    """Loads the file at `path` in a new process, runs it twice on x, checks the model's answer `want` and prints
+    the process's packed weight bytes and reuses, then runs `then`; returns the finished process."""
+    torch.save({"x": x, "want": want}, tmp_path / "io.pt")
+    code = (
+        "import torch, airgraph\n"
+        "from airgraph._core import C\n"
+        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
+        f"m = airgraph.load({str(path)!r})\n"
+        "for _ in range(2):\n"
+        "    got = m(io['x'])\n"
+        "    C.wait_background_idle()\n"
+        "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-5)\n"
+        "print('packed', C.packed_weight_bytes(), 'reused', C.packed_weight_reuses())\n" + then)
+    return _python(code, env or {})
+
+
 def test_a_loaded_file_packs_its_linear_weights_with_no_second_copy(tmp_path):
     """A loaded file owns its weights (no module holds them), so pack_weights="auto" packs every GEMM's linear
     weights there (CompilerConfig.pack_weights: "auto-owned"), not only those of 9-15 rows as under
@@ -316,25 +333,14 @@ def test_a_loaded_file_packs_its_linear_weights_with_no_second_copy(tmp_path):
     plain = sum(t.numel() * t.element_size() for t in m.state_dict().values())
     weights = (256 * 512 + 512 * 128) * 4
     assert os.path.getsize(path) > plain + weights, "the file holds the packed linear weights too"
-    torch.save({"x": x, "want": m(x).detach()}, tmp_path / "io.pt")
-    code = (
-        "import torch, airgraph\n"
-        "from airgraph._core import C\n"
-        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
-        f"m = airgraph.load({str(path)!r})\n"
-        "for _ in range(2):\n"
-        "    got = m(io['x'])\n"
-        "    C.wait_background_idle()\n"
-        "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-5)\n"
-        "print('packed', C.packed_weight_bytes(), 'reused', C.packed_weight_reuses())\n"
+    r = _run_loaded(tmp_path, path, x, m(x).detach(), then=(
         "before = C.packed_weight_bytes()\n"
         "with torch.no_grad():\n"
         "    c = torch.compile(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),\n"
         "                                          torch.nn.Linear(512, 128)).eval(), backend='airgraph')\n"
         "    c(io['x'])\n"
         "C.wait_background_idle()\n"
-        "print('compiled', C.packed_weight_bytes() - before)\n")
-    r = _python(code, {})
+        "print('compiled', C.packed_weight_bytes() - before)\n"))
     assert r.returncode == 0, r.stdout + r.stderr
     words = r.stdout.split()
     packed, reused, compiled = int(words[1]), int(words[3]), int(words[5])
@@ -357,18 +363,7 @@ def test_the_file_holds_packed_weights_that_a_new_process_maps(tmp_path, isa):
     airgraph.export(m, (x,), path)
     plain = sum(t.numel() * t.element_size() for t in m.state_dict().values())
     assert os.path.getsize(path) > plain + m.conv.weight.numel() * 4, "the file holds the packed conv weights too"
-    torch.save({"x": x, "want": m(x).detach()}, tmp_path / "io.pt")
-    code = (
-        "import torch, airgraph\n"
-        "from airgraph._core import C\n"
-        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
-        f"m = airgraph.load({str(path)!r})\n"
-        "for _ in range(2):\n"
-        "    got = m(io['x'])\n"
-        "    C.wait_background_idle()\n"
-        "torch.testing.assert_close(got, io['want'], rtol=1e-5, atol=1e-5)\n"
-        "print('packed', C.packed_weight_bytes(), 'reused', C.packed_weight_reuses())\n")
-    r = _python(code, {} if isa == "native" else {"ONEDNN_MAX_CPU_ISA": isa})
+    r = _run_loaded(tmp_path, path, x, m(x).detach(), {} if isa == "native" else {"ONEDNN_MAX_CPU_ISA": isa})
     assert r.returncode == 0, r.stdout + r.stderr
     packed, reused = (int(v) for v in r.stdout.split()[1::2])
     if isa == "native":
