@@ -392,3 +392,27 @@ def test_memory_bound_1x1_conv_runs_its_post_ops_per_block(c, mid, hw, act, res,
     assert len(pointwise) == fits(c, mid) + fits(mid, c), kernels
     if res and fits(mid, c):
         assert "by hand: add" in pointwise[-1], pointwise
+
+
+class ResidualFromInput(nn.Module):
+    """A 1x1 convolution + BatchNorm whose residual is the graph input (row-major bytes while the convolution writes
+    channels-last), then ReLU and a depthwise convolution."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.pre, self.post = nn.Conv2d(c, c, 3, padding=1, groups=c), nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.conv, self.bn = nn.Conv2d(c, c, 1), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return self.post(torch.relu(self.bn(self.conv(self.pre(x))) + x))
+
+
+def test_memory_bound_1x1_conv_reorders_a_row_major_residual(engine_graphs):
+    """The 1x1 kernel's residual add reads an operand in the other layout (the graph input, NCHW) through a
+    reorder into the result's layout first, as the pass by hand does: eager's result."""
+    torch.manual_seed(0)
+    m, x = ResidualFromInput(16).eval(), torch.randn(1, 16, 200, 200)
+    with torch.no_grad():
+        assert_close(compile_native(m)(x), m(x), msg="vs eager")
+    kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
+    assert any(k.startswith("pointwise_conv_float32") and "by hand: add relu" in k for k in kernels), kernels
