@@ -17,6 +17,7 @@ int fold_constants(Graph& g, size_t max_bytes);  // run nodes whose inputs are a
 int eliminate_common_subexpressions(Graph& g);
 int eliminate_dead_code(Graph& g);
 int materialize_outputs(Graph& g);
+int split_batch(Graph& g);  // the early layers of a conv net at a large batch -> per group of images, concatenated
 int split_concat_convs(Graph& g);  // conv over a channel cat -> a conv per part, summed (f32, >= 1024 channels)
 int fold_attention_permutes(Graph& g);  // permute [0,2,1,3] around sdpa -> read/written in place by sdpa
 int fuse_norms(Graph& g);        // decomposed RMSNorm (pow/mean/add eps/rsqrt/mul[/mul weight]) -> rms_norm

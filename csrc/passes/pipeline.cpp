@@ -5,6 +5,9 @@
 //   dce               drops what cse and folding left unused
 //   attention_permutes  after dce (use counts are final): the head split's and
 //                     merge's permutes around sdpa become its operands' strides
+//   split_batch       after dce: a conv net's early layers at a large batch run
+//                     per group of images; before the fusions, which then fuse
+//                     each group's nodes
 //   split_concat_convs  after dce: a convolution over a channel concatenation
 //                     becomes one per part, summed; before fuse_epilogues, which
 //                     makes the sums (and what followed the convolution) epilogues
@@ -31,7 +34,7 @@
 namespace ag {
 
 std::vector<std::string> pass_names() {
-  return {"canonicalize", "fold_constants", "cse", "dce", "attention_permutes", "split_concat_convs", "fuse_norms", "fuse_rope", "fuse_epilogues", "fuse_elementwise", "fuse_gathers", "materialize_outputs"};
+  return {"canonicalize", "fold_constants", "cse", "dce", "attention_permutes", "split_batch", "split_concat_convs", "fuse_norms", "fuse_rope", "fuse_epilogues", "fuse_elementwise", "fuse_gathers", "materialize_outputs"};
 }
 
 std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const AfterPassFn& after_pass) {
@@ -63,6 +66,7 @@ std::vector<PassStat> run_pipeline(Graph& g, const PipelineOptions& opt, const A
   });
   run("dce", [&] { return eliminate_dead_code(g); });
   run("attention_permutes", [&] { return fold_attention_permutes(g); });
+  run("split_batch", [&] { return split_batch(g); });
   run("split_concat_convs", [&] { return split_concat_convs(g); });
   run("fuse_norms", [&] { return fuse_norms(g); });
   run("fuse_rope", [&] { return fuse_rope(g); });
