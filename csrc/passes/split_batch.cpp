@@ -205,6 +205,7 @@ int split_batch(Graph& g) {
     Attrs a;
     a.set("dim", int64_t{0});
     const Node* p = v->producer;
+    a.set("fused", p->name);  // (the FX node whose whole result it is: data dumps attribute it so)
     g.replace_all_uses(v, g.insert_node_before(anchor, "cat", parts, a, p->name, p->source)->out());
   }
   eliminate_dead_code(g);  // (the whole-batch region)
