@@ -53,6 +53,19 @@ def kernels(graphs, op):
     return [k for g in graphs for _, o, k in g.exe.instructions() if o == op]
 
 
+def run_at_batch_8(m, engine_graphs):
+    """The model compiled (all nodes native) and called at batch 8, checked against eager; its input and the
+    FX name -> instruction count of what it ran."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 3, 224, 224)
+    with torch.no_grad():
+        want = m.eval()(x)
+        got = compile_native(m)(x)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert_close(g, w)
+    return x, runs(engine_graphs)
+
+
 @pytest.mark.parametrize("batch,groups", [(8, 4), (12, 6), (2, 1)])
 def test_early_layers_run_per_image_at_a_large_batch(batch, groups, engine_graphs):
     """At batch 8 and 12 the layers up to the spatial mean run two images at a time (the largest value, 64 x 112 x
@@ -86,13 +99,8 @@ def test_a_layer_that_widens_its_input_at_the_end_runs_on_the_whole_batch(engine
     by a node of the whole batch (the flatten) leaves the region, so that the 16-channel pooled value is the one
     copied; every layer before it runs per image."""
     torch.manual_seed(0)
-    m = Stem(tail=True).eval()
-    x = torch.randn(8, 3, 224, 224)
-    with torch.no_grad():
-        want = m(x)
-        got = compile_native(m)(x)
-    assert_close(got, want)
-    split = runs(engine_graphs)
+    m = Stem(tail=True)
+    x, split = run_at_batch_8(m, engine_graphs)
     assert [split[f"convolution{s}"] for s in ("", "_1", "_2", "_3", "_4", "_5")] == [4, 4, 4, 4, 4, 1], split
     assert split["avg_pool2d"] == 4 + 1, split  # (the concatenation after it carries its name)
     assert len(kernels(engine_graphs, "avg_pool2d")) == 4 and len(kernels(engine_graphs, "cat")) == 1, split
@@ -102,13 +110,8 @@ def test_a_node_across_images_ends_the_region(engine_graphs):
     """y - y.mean(0) reads every image: the region ends before it (the mean over the batch runs on the
     concatenated result) and the result is eager's."""
     torch.manual_seed(0)
-    m = Stem(mix=True).eval()
-    x = torch.randn(8, 3, 224, 224)
-    with torch.no_grad():
-        want = m(x)
-        got = compile_native(m)(x)
-    assert_close(got, want)
-    split = runs(engine_graphs)
+    m = Stem(mix=True)
+    x, split = run_at_batch_8(m, engine_graphs)
     assert all(split[nm] == 4 for nm in split if nm.startswith("convolution")), split
     assert split["mean"] == 1 and split["sub"] == 1, split
 
@@ -119,14 +122,8 @@ def test_a_region_value_returned_as_an_output(engine_graphs):
     concatenation, reads that one on the whole batch. Data dumps attribute the concatenation to the FX node whose
     whole result it is (airgraph.debug.compare reads them)."""
     torch.manual_seed(0)
-    m = Stem(features=True).eval()
-    x = torch.randn(8, 3, 224, 224)
-    with torch.no_grad():
-        want = m(x)
-        got = compile_native(m)(x)
-    assert_close(got[0], want[0], msg="features")
-    assert_close(got[1], want[1], msg="logits")
-    split = runs(engine_graphs)
+    m = Stem(features=True)
+    x, split = run_at_batch_8(m, engine_graphs)
     assert split["convolution"] == 4 and len(kernels(engine_graphs, "cat")) == 1 and split["mean"] == 1, split
     rep = airgraph.debug.compare(m, x)
     assert rep.first is None and rep.compared >= 1, rep
