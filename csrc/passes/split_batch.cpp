@@ -9,12 +9,13 @@
 // as eight calls of one image ran 1.09x faster than one call of eight). Layers with large weights
 // and small activations (the late stages, the classifier) keep the whole batch, where one read of
 // the weights serves every image; the groups' results are concatenated where the region ends.
-// Each image's results are those of the same layers at a batch of one.
+// Each image's results are those of the same layers at the group's batch.
 // Only static graphs that write no input; the region starts at 4-D graph inputs of the same batch
 // size. After dce, before the fusions (each group's nodes are then fused as any others).
 #include <algorithm>
 #include <unordered_map>
 
+#include "base/error.h"
 #include "ir/op_registry.h"
 #include "passes/chain_rewrite.h"
 #include "passes/passes.h"
@@ -25,17 +26,18 @@ namespace {
 // A split when the region's largest value over the whole batch is at least kMinBytes; groups of as
 // many images as keep its largest value within kGroupBytes; a node with weights joins the region
 // when its activations an image (inputs and result) are at least kActPerWeight times its weights.
-// Measured on a Zen 4 (L3 32 MB, 2 threads; exported models, the pass on and off, interleaved):
-// MobileNetV2 at batch 8 (largest value 38.5 MB, groups of one image) 1.18-1.22x, batch 32 1.10x,
-// batch 4 (19.3 MB) 1.00x; ResNet-50 at batch 8 (25.7 MB, groups of two) 1.02-1.04x, batch 32 1.04x.
+// Measured on a Zen 4 (L3 32 MB, 2 threads; the pass on and off, interleaved in one process):
+// MobileNetV2 at batch 8 (largest value 38.5 MB, groups of one image) 1.11x in geometric mean over 25
+// processes (0.92-1.31x: the L3 is shared with the host's other tenants), batch 32 1.10x, batch 4
+// (19.3 MB) 1.00x; ResNet-50 at batch 8 (25.7 MB, groups of two) 1.02-1.04x, batch 32 1.04x.
 constexpr int64_t kMinBytes = int64_t{24} << 20, kGroupBytes = int64_t{8} << 20, kActPerWeight = 4;
 
 int64_t bytes(const Value* v) { return v->type.numel() * static_cast<int64_t>(dtype_size(v->type.dtype)); }
 
 bool static_type(const Value* v) { return v->type.is_static(); }
 
-// Whether node `n` computes each image from that image's inputs alone, given which of its inputs carry
-// the batch (`in_region`); its other inputs must be constants that do not vary over the batch.
+// Whether node `n` computes each image from that image's inputs alone, given which values carry the
+// batch in dim 0 (`carries`); its other inputs must be constants that do not vary over the batch.
 bool per_image(const Node* n, const std::vector<bool>& carries, int64_t N) {
   if (n->outputs.size() != 1 || !n->sym_attrs.empty() || n->sized || !static_type(n->out())) return false;
   const TensorType& o = n->out()->type;
@@ -185,6 +187,8 @@ int split_batch(Graph& g) {
       auto it = copy[j].find(v->id);
       if (it != copy[j].end()) return it->second;
       if (!carries[v->id]) return v;  // a constant
+      // (a region node reads region values, constants and graph inputs only)
+      if (v->kind != ValueKind::Input) fail("split_batch: node input %", v->name, " is neither in the region nor an input");
       Attrs a;  // a graph input: this group's images, the same bytes
       a.set("dim", int64_t{0});
       a.set("start", j * gsize);
