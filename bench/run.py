@@ -37,10 +37,13 @@ the others go on); then, after warm-up rounds, every round runs one block of
 calls per backend, in an order rotated from round to round, for at least --runs
 rounds and at least --min-seconds of measuring (time_blocks). A block calls one
 backend until at least --block-seconds (BLOCK_S, 0.15 s) have passed; its figure
-is its time per call (block time / calls), so that one runtime's thread pool
-handing over to the next (spinning down, caches left cold) costs a block's first
-call, not every call (issue 35: a rotation of single calls read its host-bound
-model at 0.57x of the faster runtime, blocks at 1.05x). The machine's drift (10-20% over minutes on
+is its time per call (block time / calls), so that caches another backend left
+cold cost a block's first call, not every call (issue 35: a rotation of single
+calls read its host-bound model at 0.57x of the faster runtime, blocks at 1.05x).
+Each block starts after IDLE_S (0.1 s) of sleep, so that the previous backend's
+spinning threads have parked: ONNX Runtime's slowed the whole next block (an
+exported MobileNetV2 at batch 8: 39.0 ms a call right after an ONNX Runtime block,
+28.4 after one of its own, 29.4 with 50 ms between). The machine's drift (10-20% over minutes on
 these VMs) then hits all backends alike. Per backend: median, p25-p75, min-max
 and a distribution-free 95% interval of the median of the per-block figures;
 speedups are medians of the per-round ratios (both blocks of a pair within one
@@ -148,6 +151,7 @@ BACKENDS = ["eager", "inductor", "airgraph", "onnxruntime", "openvino"] + (
     ["openvino-default"] if runtimes.native_bf16() else [])
 ALL_BACKENDS = BACKENDS + [b for b in ("openvino-default", "openvino-tc", "airgraph-export") if b not in BACKENDS]
 BLOCK_S = 0.15  # a backend's calls in one round last at least this long (one block; per call = block time / calls)
+IDLE_S = 0.1  # sleep before each block, for the previous backend's thread pool to park (see the module's text)
 DEFAULT_BATCHES = (1, 8)  # every zoo model
 BATCH32 = ("resnet50", "mobilenetv2")  # the CNNs add batch 32
 HEAVY_MODELS = "resnet50,bert"  # the heavy-layer table's models (at HEAVY_BATCH), of the measured ones
@@ -388,12 +392,13 @@ class _LoadMeter:
 
 
 def time_blocks(fns: dict, rounds: int, warmup: int, min_seconds: float, block_s: float = BLOCK_S,
-                max_rounds: int = MAX_ROUNDS) -> dict:
+                max_rounds: int = MAX_ROUNDS, idle_s: float = IDLE_S) -> dict:
     """Times each callable of `fns` (name -> fn()) in blocks: a block calls one of them until at least `block_s` has
     passed (at least once); a round runs one block of each, in an order rotated from round to round, so that the
-    blocks of different backends alternate and no backend always follows the same one. A block's figure is its
-    time per call (block time / calls): one runtime's thread pool spinning down or a cache another one left cold
-    costs a block's first call, not every call. `warmup` rounds first, then at least `rounds` rounds and
+    blocks of different backends alternate and no backend always follows the same one. Each block starts after
+    `idle_s` of sleep (untimed), so that the previous one's spinning threads have parked. A block's figure is its
+    time per call (block time / calls): a cache another backend left cold costs a block's first call, not every
+    call. `warmup` rounds first, then at least `rounds` rounds and
     `min_seconds` of measuring (at most `max_rounds`). Returns times_ms (per name, one per measured round), calls
     (per name, calls per measured block), blocks (every block in order, warm-up included: [round, name, calls,
     seconds]; warm-up rounds are negative), rounds and measure_s."""
@@ -411,6 +416,8 @@ def time_blocks(fns: dict, rounds: int, warmup: int, min_seconds: float, block_s
                 break
         k = n % len(names)
         for b in names[k:] + names[:k]:  # rotated: no backend always runs first or after the same one
+            if idle_s > 0:
+                time.sleep(idle_s)
             fn, c = fns[b], 0
             t0 = time.perf_counter()
             while True:
@@ -1798,7 +1805,7 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
         "",
         "**Latency**, all backends in one process per (model, batch) on one model instance, measured in "
         f"alternating blocks (each round runs one block of calls per backend, each block at least "
-        f"{getattr(a, 'block_seconds', BLOCK_S):g} s, order rotated per round; a round's figure for a backend is its "
+        f"{getattr(a, 'block_seconds', BLOCK_S):g} s after {IDLE_S:g} s idle, order rotated per round; a round's figure for a backend is its "
         f"block's time per call; {a.warmup} warm-up rounds, then at least {a.runs} rounds and {a.min_seconds:g} s: "
         f"{', '.join(map(str, rounds)) or '0'} rounds here). Median, p25-p75, min-max and a 95% interval of "
         "the median (order statistics). vs eager: median of the per-round ratios eager/backend (p25-p75). "
@@ -1907,7 +1914,7 @@ def write_results(cells, micro_rows, fusion_rows, eng, a, cpu, out, elapsed_s, g
     with open(os.path.join(out, "latest.json"), "w") as f:
         json.dump(dict(machine=dict(cpu, torch=torch.__version__, threads=THREADS, size=a.size),
                        settings=dict(runs=a.runs, warmup=a.warmup, min_seconds=a.min_seconds, rank_margin=RANK_MARGIN,
-                                     block_s=getattr(a, "block_seconds", BLOCK_S)),
+                                     block_s=getattr(a, "block_seconds", BLOCK_S), idle_s=IDLE_S),
                        elapsed_s=elapsed_s, cells=cells, peak=peak,
                        heavy=dict(rows=heavy, targets=heavy_targets) if heavy is not None else None,
                        runtimes=dict(versions=runtimes.versions(), targets=runtime_targets),

@@ -113,7 +113,9 @@ def test_time_blocks_structure(bench):
 
     fns = {"a": make("a", 0.0), "b": make("b", 0.002), "c": make("c", 0.03)}
     block_s, rounds, warmup = 0.02, 4, 1
-    r = bench.time_blocks(fns, rounds=rounds, warmup=warmup, min_seconds=0.0, block_s=block_s)
+    t0 = time.perf_counter()
+    r = bench.time_blocks(fns, rounds=rounds, warmup=warmup, min_seconds=0.0, block_s=block_s, idle_s=0.01)
+    assert time.perf_counter() - t0 >= (rounds + warmup) * len(fns) * (0.01 + block_s)  # an idle gap before each
     assert r["rounds"] == rounds and r["measure_s"] > 0
     blocks = r["blocks"]
     assert len(blocks) == (rounds + warmup) * len(fns)
@@ -133,7 +135,7 @@ def test_time_blocks_structure(bench):
         assert r["calls"][name] == [b[2] for b in measured]
         assert r["times_ms"][name] == pytest.approx([b[3] * 1000 / b[2] for b in measured])
     # min_seconds keeps adding rounds
-    r = bench.time_blocks({"a": make("a", 0.0)}, rounds=1, warmup=0, min_seconds=0.05, block_s=0.01)
+    r = bench.time_blocks({"a": make("a", 0.0)}, rounds=1, warmup=0, min_seconds=0.05, block_s=0.01, idle_s=0.0)
     assert r["rounds"] >= 3 and r["measure_s"] >= 0.05
 
 
