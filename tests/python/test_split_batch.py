@@ -16,7 +16,8 @@ class Stem(nn.Module):
     """MobileNetV2's first layers at 112 x 112 (64 channels: 25.7 MB at batch 8, above the pass's 24 MB), an
     inverted residual block, then a pooled classifier. `tail` adds, after a pool to 28 x 28, a 1x1 convolution
     to 256 channels read by a flatten (a node of the whole batch): it leaves the region, whose end is then its
-    16-channel input. `mix` subtracts the batch's mean of the block's result (a node across images)."""
+    16-channel input. `mix` subtracts the batch's mean of the block's result (a node across images). `features`
+    also returns the block's result."""
 
     def __init__(self, tail=False, mix=False, features=False):
         super().__init__()
