@@ -33,6 +33,11 @@ struct BuildCtx {
   // implementation on the weights as stored is about as fast (one copy of the weights). A constant
   // [K, N] matmul operand is always packed. CompilerConfig.pack_weights.
   int64_t pack_rows = INT64_MAX;
+  // Linears of pack_rows rows and more pack their weights too while the process's optional packed
+  // copies stay within pack_budget bytes (dnnl_util::hold_pack_budget; CompilerConfig's pack_weights
+  // "auto" and pack_budget_mb): in place, oneDNN reorders each call's weight blocks itself, 20-49%
+  // slower at 16-31 rows, 4-13% at 64-128, 1-6% from 256 on (a Zen 4); past the budget, in place.
+  int64_t pack_budget = 0;
   // Linears with int8 or int4 weights and more rows than a GEMV takes quantize their input per row at
   // run time and run int8 products (kernels/linear_widened.cpp, linear_int4.cpp); false widens the
   // weights to f32 (the exact path). CompilerConfig.int8_activations.

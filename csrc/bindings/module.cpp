@@ -504,9 +504,10 @@ NB_MODULE(_C, m) {
           "compile",
           [](PyGraph& g, bool inplace, const std::string& fault_node, dnnl_util::PrepackCache* cache,
              std::shared_ptr<ArenaSource> arena, KernelCache* kernels, bool background, int64_t pack_rows,
-             bool int8_activations) {
+             bool int8_activations, int64_t pack_budget) {
             CompileOptions o;
             o.build.pack_rows = pack_rows;  // GEMMs with fewer rows pack their constant weights
+            o.build.pack_budget = pack_budget;  // and wider ones while the process's copies stay within it
             o.build.int8_activations = int8_activations;  // int8-weight GEMMs quantize their input per row
             o.allow_inplace = inplace;
             o.build.prepack = cache;         // programs sharing a cache share packed weights
@@ -517,7 +518,7 @@ NB_MODULE(_C, m) {
           },
           nb::arg("allow_inplace") = true, nb::arg("fault_node") = "", nb::arg("prepack_cache").none() = nb::none(),
           nb::arg("arena").none() = nb::none(), nb::arg("kernels").none() = nb::none(), nb::arg("background") = false,
-          nb::arg("pack_rows") = INT64_MAX, nb::arg("int8_activations") = true,
+          nb::arg("pack_rows") = INT64_MAX, nb::arg("int8_activations") = true, nb::arg("pack_budget") = 0,
           nb::rv_policy::take_ownership);
 
   // Kernels shared by the programs of one graph's sizes (a node seen before reuses its kernel).
@@ -685,6 +686,7 @@ NB_MODULE(_C, m) {
     stop_background();
   });
   m.def("num_threads", &num_threads);
+  m.def("pack_budget_used", &dnnl_util::pack_budget_used);  // bytes of optional packed copies (pack_budget_mb)
   m.def("packed_weight_bytes", &dnnl_util::packed_weight_bytes);  // weights copied into kernels' layouts, live
   m.def("packed_weight_reuses", &dnnl_util::packed_weight_reuses);  // packed copies handed to another kernel
   m.def("output_cache_stats", [] {  // free blocks kept for the next outputs (base/memory.h)

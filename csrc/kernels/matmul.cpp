@@ -129,7 +129,13 @@ class GemmKernel final : public Kernel {
     if (try_gemv(ctx)) return;
     // (linear's [N, K] weights only: a constant [K, N] right-hand side, GPT-2's Conv1D, measured 33%
     // slower in place on GPT-2 b1, so it is packed)
-    in_place_ = s.b_nk && out_n_ / std::max<int64_t>(s.out.back(), 1) >= ctx.pack_rows;
+    const int64_t rows = out_n_ / std::max<int64_t>(s.out.back(), 1);
+    in_place_ = s.b_nk && rows >= ctx.pack_rows;
+    if (in_place_ && s.b_const && ctx.pack_budget > 0) {  // packed too while the budget holds
+      budget_ = dnnl_util::hold_pack_budget(s.b_const, static_cast<int64_t>(TensorType(s.t, s.b).nbytes()),
+                                            ctx.pack_budget);
+      in_place_ = budget_ == nullptr;
+    }
     // activations run by hand on the f32 result (epilogue.h): a 16-bit GEMM then writes f32
     dst_f32_ = s.t != DType::f32 && s.epi.binary_end(0) < s.epi.ops.size();
     // 1. native dtype, 2. f32 emulation with bias fused, 3. f32 emulation, bias added by hand.
@@ -143,6 +149,7 @@ class GemmKernel final : public Kernel {
     }
     if (try_panels(ctx)) return;
     mode_ = Mode::Dnnl;
+    if (b_md_ == b_plain_md_) budget_.reset();  // the implementation reads the weights as stored: no copy
     setup_emulation_buffers(true, s.b_const == nullptr);
     prepare_weights(ctx);
     prepare_manual_bias();
@@ -442,8 +449,8 @@ class GemmKernel final : public Kernel {
 
   // --- f32 linears of a few rows on weights packed in 16-column panels (gemm_panels.h) --------
   // Where oneDNN's f32 implementation for the shape is its jit sgemm (CPUs without AVX-512) and the
-  // rows are few enough for pack_weights to pack linear weights (BuildCtx::pack_rows: "auto" 9-15
-  // rows, "always" up to kMaxRows), as it would pack them for oneDNN's brgemm.
+  // linear's weights are to be packed (not in_place_: BuildCtx::pack_rows and pack_budget; "always"
+  // up to kMaxRows), as they would be for oneDNN's brgemm.
   // A constant [K, N] right-hand side (GPT-2's Conv1D), which is always packed, at any row count up to kMaxRows.
   bool try_panels(const BuildCtx& ctx) {
     if (s_.t != DType::f32 || !s_.b_const || emu_ || manual_bias_) return false;
@@ -453,7 +460,7 @@ class GemmKernel final : public Kernel {
         (s_.has_bias && TensorType(DType::f32, s_.bias).numel() != N))
       return false;
     // (linears of up to 8 rows run the GEMV on the weights as stored)
-    if (s_.b_nk && (M <= gemv::kGemvMaxRows || M >= ctx.pack_rows)) return false;
+    if (s_.b_nk && (M <= gemv::kGemvMaxRows || in_place_)) return false;
     if (!panels::wanted(M, N, impl_)) return false;
     // [N, K] (or [K, N]) as stored -> [N/16][K][16]: the same 3-d tensor [N/16, 16, K] read with other strides
     const int64_t J = N / panels::kCols, C = panels::kCols;
@@ -532,6 +539,7 @@ class GemmKernel final : public Kernel {
   Mode mode_ = Mode::Dnnl;
   bool emu_ = false, manual_bias_ = false;
   bool in_place_ = false;  // constant weights read as stored (BuildCtx::pack_rows)
+  std::shared_ptr<void> budget_;  // the packed copy's share of BuildCtx::pack_budget, while it counts
   int64_t out_n_ = 0, a_n_ = 0, b_n_ = 0, bias_n_ = 0;
   Exec exec_;  // (with deferred_, its weights are packed_ptr_, set per call once the background thread made them)
   dnnl::matmul::primitive_desc pd_;  // exec_'s

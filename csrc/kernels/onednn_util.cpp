@@ -3,6 +3,8 @@
 #include <atomic>
 
 #include <cstdlib>
+#include <mutex>
+#include <unordered_map>
 
 #include "kernels/common.h"
 #include "base/memory.h"
@@ -229,6 +231,44 @@ PrepackCache& process_packed() {
 }  // namespace
 
 int64_t packed_weight_bytes() { return g_packed_bytes.load(); }
+
+namespace {
+// hold_pack_budget's state (never destroyed, as the registry: kernels may outlive static destruction)
+struct PackBudget {
+  std::mutex mu;
+  int64_t used = 0;
+  std::unordered_map<const void*, std::weak_ptr<void>> holds;  // by weight
+};
+PackBudget& pack_budget() {
+  static auto* b = new PackBudget();
+  return *b;
+}
+}  // namespace
+
+std::shared_ptr<void> hold_pack_budget(const void* src, int64_t bytes, int64_t budget) {
+  PackBudget& b = pack_budget();
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (auto it = b.holds.find(src); it != b.holds.end()) {
+    if (auto h = it->second.lock()) return h;  // another kernel reads this weight: its hold serves
+  }
+  if (bytes <= 0 || b.used + bytes > budget) return nullptr;
+  b.used += bytes;
+  std::shared_ptr<void> h(new char(0), [src, bytes](void* p) {
+    delete static_cast<char*>(p);
+    PackBudget& b = pack_budget();
+    std::lock_guard<std::mutex> lock(b.mu);
+    b.used -= bytes;
+    if (auto it = b.holds.find(src); it != b.holds.end() && it->second.expired()) b.holds.erase(it);
+  });
+  b.holds[src] = h;
+  return h;
+}
+
+int64_t pack_budget_used() {
+  PackBudget& b = pack_budget();
+  std::lock_guard<std::mutex> lock(b.mu);
+  return b.used;
+}
 int64_t packed_weight_reuses() { return g_packed_reuses.load(); }
 
 const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bool widen,

@@ -66,11 +66,12 @@ class CompilerConfig:
     # programs share one packed copy.
     background_packing: bool = field(default_factory=lambda: _env("AIRGRAPH_BACKGROUND_PACKING", "1") != "0")
     # Constant GEMM weights in oneDNN's blocked layout ("packed": a copy beside the module's) or read
-    # where they are (one copy): "auto" packs linear weights only for GEMMs of 9-15 rows, where the
-    # packed layout is 10-35% faster; wider linears (prefill, encoders: 2-5% slower than packed) and
-    # the GEMVs of decode steps of up to 8 rows (each weight read once for all rows) read the
-    # module's own memory. "always" packs every one (the fastest, twice the weights' memory); "never" packs no
-    # linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
+    # where they are (one copy): "auto" packs linear weights for GEMMs of 9-15 rows, and for GEMMs of 16
+    # rows and more while the process's copies made so stay within pack_budget_mb (read in place, oneDNN
+    # reorders each call's weight blocks itself: single linears on a Zen 4 ran 20-49% slower at 16-31
+    # rows, 10-13% at 64, 4-10% at 128, 1-6% from 256 on); the linears past the budget and the GEMVs of
+    # decode steps of up to 8 rows (each weight read once for all rows) read the module's own memory.
+    # "always" packs every one with no budget (twice the weights' memory); "never" packs no linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
     # convolution weights are always packed (AIRGRAPH_PACK_WEIGHTS). On CPUs without AVX-512, where
     # oneDNN's f32 matmul is its jit sgemm, the linears it packs (f32, up to 48 rows, N a multiple of
     # 16) run airgraph's packed small-row GEMM instead (kernels/gemm_panels.h: 1.2-1.9x oneDNN there).
@@ -79,6 +80,11 @@ class CompilerConfig:
     # memory), so there "auto" packs every GEMM's linear weights from 9 rows up ("auto-owned": 4-11% faster
     # encoders and prefill on a Zen 4 at no memory cost); decode GEMVs still read the weights as stored.
     pack_weights: str = field(default_factory=lambda: _env("AIRGRAPH_PACK_WEIGHTS", "auto"))
+    # The most MiB of linear weights pack_weights="auto" copies into packed layouts for GEMMs of 16 rows
+    # and more, process-wide (a weight several graphs read counts once, while a graph holds its copy): a
+    # model with more linear weights packs its first layers' and reads the rest in place (an LLM's
+    # prefill; its decode GEMVs read every weight in place). 0: one copy (AIRGRAPH_PACK_BUDGET_MB).
+    pack_budget_mb: int = field(default_factory=lambda: int(_env("AIRGRAPH_PACK_BUDGET_MB", "1024")))
     # Linears with int8 weights (torchao's Int8WeightOnlyConfig, _weight_int8pack_mm) or int4 ones (torchao's
     # int4 for CPU; requantized to int8 per column) and more than 8 rows (prefill, encoders): "per_row"
     # quantizes each row of the input to int8 at run time (scale = its largest magnitude / 127) and runs
@@ -143,6 +149,8 @@ class CompilerConfig:
         check_pass_names(self.disable_passes)
         if self.pack_weights not in _PACK_ROWS:
             raise ValueError(f"pack_weights={self.pack_weights!r}: expected one of {', '.join(_PACK_ROWS)}")
+        if isinstance(self.pack_budget_mb, bool) or not isinstance(self.pack_budget_mb, int) or self.pack_budget_mb < 0:
+            raise ValueError(f"pack_budget_mb={self.pack_budget_mb!r}: expected a whole number of MiB, 0 or more")
         if self.repeated_blocks not in ("auto", "off"):
             raise ValueError(f"repeated_blocks={self.repeated_blocks!r}: expected 'auto' or 'off'")
         if self.int8_activations not in ("per_row", "off"):
@@ -151,6 +159,11 @@ class CompilerConfig:
     def pack_rows(self) -> int:
         """GEMMs with fewer rows than this pack their constant weights (BuildCtx::pack_rows)."""
         return _PACK_ROWS[self.pack_weights]
+
+    def pack_budget(self) -> int:
+        """Bytes: wider GEMMs pack their linear weights too while the process's copies so made stay
+        within them (BuildCtx::pack_budget)."""
+        return self.pack_budget_mb << 20 if self.pack_weights == "auto" else 0
 
     @property
     def watches_stages(self) -> bool:

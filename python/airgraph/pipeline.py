@@ -77,7 +77,7 @@ def compile_lowered(low: Lowered, config: CompilerConfig, report: CompileReport,
     tk = time.perf_counter()
     exe = g.compile(config.allow_inplace, config.fault_node, s and s.prepack_cache, s and s.arena,
                     s and s.kernel_cache, config.background_packing, config.pack_rows(),
-                    config.int8_activations != "off")
+                    config.int8_activations != "off", config.pack_budget())
     report.add_phase("kernels", time.perf_counter() - tk)
     watchers = [o for o in observers if hasattr(o, "called")]
     watch = None if not watchers else watchers[0] if len(watchers) == 1 else _Watchers(watchers)

@@ -321,13 +321,13 @@ def _run_loaded(tmp_path, path, x, want, env=None, then=""):
 
 def test_a_loaded_file_packs_its_linear_weights_with_no_second_copy(tmp_path):
     """A loaded file owns its weights (no module holds them), so pack_weights="auto" packs every GEMM's linear
-    weights there (CompilerConfig.pack_weights: "auto-owned"), not only those of 9-15 rows as under
+    weights there (CompilerConfig.pack_weights: "auto-owned"), not only those within pack_budget_mb as under
     torch.compile: the file stores the packed forms its check run made, and a new process maps them (no packed
     copy of its own) and gives the model's answer. torch.compile of the same module (its weights the
-    module's) reads them in place: no packed bytes."""
+    module's) with a budget of 0 reads them in place: no packed bytes."""
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 128)).eval()
-    x = torch.randn(64, 256)  # (64 rows: read in place under torch.compile's "auto")
+    x = torch.randn(64, 256)
     path = tmp_path / "mlp.agraph"
     airgraph.export(m, (x,), path)
     plain = sum(t.numel() * t.element_size() for t in m.state_dict().values())
@@ -337,7 +337,8 @@ def test_a_loaded_file_packs_its_linear_weights_with_no_second_copy(tmp_path):
         "before = C.packed_weight_bytes()\n"
         "with torch.no_grad():\n"
         "    c = torch.compile(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),\n"
-        "                                          torch.nn.Linear(512, 128)).eval(), backend='airgraph')\n"
+        "                                          torch.nn.Linear(512, 128)).eval(), backend='airgraph',\n"
+        "                      options={'pack_budget_mb': 0})\n"
         "    c(io['x'])\n"
         "C.wait_background_idle()\n"
         "print('compiled', C.packed_weight_bytes() - before)\n"))

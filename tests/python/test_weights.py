@@ -395,38 +395,53 @@ def test_old_option_name_is_rejected_with_the_new_name():
     assert airgraph.CompilerConfig.from_options({"frozen_parameters": True}).frozen_parameters is True
 
 
-@pytest.mark.parametrize("pack", ["auto", "always"])
-def test_wide_gemms_read_the_weights_in_place(pack):
-    """One copy of the weights: by default (pack_weights="auto") a GEMM of 16 rows or more and a
-    GEMV of up to 4 read the parameter's own memory (no packed copy is made: the process-wide count
-    of packed bytes does not move); pack_weights="always" packs the 64-row GEMM's 16 MiB weight
-    (the count grows by its size, so the count is no constant)."""
+@pytest.mark.parametrize("pack,budget_mb", [("auto", 1024), ("auto", 0), ("always", 1024)])
+def test_wide_gemms_read_the_weights_in_place(pack, budget_mb):
+    """By default (pack_weights="auto") a GEMM of 16 rows or more packs its 16 MiB weight while
+    pack_budget_mb holds it (the process-wide count of packed bytes and the budget's grow by its size,
+    and the budget's comes back when the graph is gone), and reads the parameter's own memory with a
+    budget of 0 (no packed copy: the count does not move); a GEMV of up to 8 rows reads it in place
+    either way; pack_weights="always" packs every GEMM's with no budget."""
     from airgraph._core import C
     torch.manual_seed(0)
     lin = torch.nn.Linear(1024, 4096).eval()
-    cfg = airgraph.CompilerConfig(cache_dir="", pack_weights=pack, background_packing=False)
+    cfg = airgraph.CompilerConfig(cache_dir="", pack_weights=pack, background_packing=False,
+                                  pack_budget_mb=budget_mb)
     gc.collect()
     C.wait_background_idle()  # (what earlier tests in this process packed or free meanwhile moves the count a little)
-    before = C.packed_weight_bytes()
+    before, budget_before = C.packed_weight_bytes(), C.pack_budget_used()
     size = lin.weight.numel() * 4
     with torch.no_grad():
-        for rows in (64, 1):
+        for rows in (300, 16, 1):
             torch._dynamo.reset()
             f = torch.compile(lin, backend=airgraph.get_backend(cfg), dynamic=False)
             x = torch.randn(rows, 1024)
             with backend.collect_reports() as sink:
                 torch.testing.assert_close(f(x), lin(x), rtol=1e-4, atol=1e-4)
             kernel = sink[0].graphs[0].exe.instructions()[0][2]
-            grown = C.packed_weight_bytes() - before
+            grown, budget_grown = C.packed_weight_bytes() - before, C.pack_budget_used() - budget_before
+            wanted = pack == "always" or budget_mb > 0
             # (oneDNN's jit sgemm, its f32 matmul on CPUs without AVX-512, has no packed layout: nothing
-            # to pack even with "always")
-            if pack == "auto" or rows == 1 or "gemm:jit" in kernel:  # (the 64-row graph of "always" was freed before)
+            # to pack even with "always"; the GEMV reads the weights as stored)
+            if not wanted or rows == 1 or "gemm:jit" in kernel:
                 assert abs(grown) < size // 4, (rows, grown, kernel)
+                assert budget_grown == 0, (rows, budget_grown, kernel)
             else:
-                assert grown >= size * 3 // 4, grown
-            del f
+                assert grown >= size * 3 // 4, (rows, grown, kernel)
+                # the budget counts the optional copies only ("auto"'s, from 16 rows)
+                assert budget_grown == (size if pack == "auto" else 0), (rows, budget_grown, kernel)
+            del f, sink
             torch._dynamo.reset()
             gc.collect()
+            C.wait_background_idle()
+            assert C.pack_budget_used() == budget_before, "the graph is gone: its copy no longer counts"
+
+
+def test_pack_budget_option_is_checked():
+    with pytest.raises(ValueError, match="pack_budget_mb=-1"):
+        airgraph.CompilerConfig(pack_budget_mb=-1)
+    assert airgraph.CompilerConfig.from_options({"pack_budget_mb": 3}).pack_budget() == 3 << 20
+    assert airgraph.CompilerConfig(pack_weights="always").pack_budget() == 0  # (it packs them all anyway)
 
 
 def test_pack_weights_option_is_checked():
