@@ -29,9 +29,9 @@ struct BuildCtx {
   // (base/background.h). Off for constant folding, symbolic graphs and tests that time packing.
   bool background = false;
   // Linear GEMMs ([N, K] weights) with fewer rows than this pack their constant weights into oneDNN's
-  // preferred layout (a copy beside the caller's); wider ones read them in place, where oneDNN's
-  // implementation on the weights as stored is about as fast (one copy of the weights). A constant
-  // [K, N] matmul operand is always packed. CompilerConfig.pack_weights.
+  // preferred layout (a copy beside the caller's); wider ones read them in place (one copy of the
+  // weights) unless pack_budget takes them. A constant [K, N] matmul operand is always packed.
+  // CompilerConfig.pack_weights.
   int64_t pack_rows = INT64_MAX;
   // Linears of pack_rows rows and more pack their weights too while the process's optional packed
   // copies stay within pack_budget bytes (dnnl_util::hold_pack_budget; CompilerConfig's pack_weights

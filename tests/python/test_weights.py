@@ -437,6 +437,40 @@ def test_wide_gemms_read_the_weights_in_place(pack, budget_mb):
             assert C.pack_budget_used() == budget_before, "the graph is gone: its copy no longer counts"
 
 
+def test_the_pack_budget_is_per_process_and_per_weight():
+    """pack_budget_mb bounds the packed copies of the whole process: with 20 MiB, a model of two 16 MiB
+    linears packs the first one's weight and reads the second's in place (the graph built in execution
+    order); the graph Dynamo compiles for a second size reads the same weights, so they count once; the
+    results are the module's either way."""
+    from airgraph._core import C
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).eval()
+    size = 1024 * 4096 * 4
+    cfg = airgraph.CompilerConfig(cache_dir="", background_packing=False, pack_budget_mb=20)
+    gc.collect()
+    C.wait_background_idle()
+    before = C.pack_budget_used()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend=airgraph.get_backend(cfg), dynamic=False)
+    with torch.no_grad(), backend.collect_reports() as sink:
+        for rows in (32, 48):
+            x = torch.randn(rows, 1024)
+            torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-4)
+    kernels = [g.exe.instructions() for r in sink for g in r.graphs]
+    assert len(kernels) == 2, "one static graph per size"
+    grown = C.pack_budget_used() - before
+    gemms = [k for ins in kernels for _, _, k in ins if "matmul" in k or "panels" in k]
+    if all("gemm:jit" in k for k in gemms):
+        assert grown == 0, grown  # (oneDNN's jit sgemm without AVX-512 and no panels: no packed layout)
+    else:
+        assert grown == size, (grown, kernels)  # the first linear's, once for both sizes
+    del f, sink
+    torch._dynamo.reset()
+    gc.collect()
+    C.wait_background_idle()
+    assert C.pack_budget_used() == before
+
+
 def test_pack_budget_option_is_checked():
     with pytest.raises(ValueError, match="pack_budget_mb=-1"):
         airgraph.CompilerConfig(pack_budget_mb=-1)
