@@ -507,7 +507,9 @@ NB_MODULE(_C, m) {
              bool int8_activations, int64_t pack_budget) {
             CompileOptions o;
             o.build.pack_rows = pack_rows;  // GEMMs with fewer rows pack their constant weights
-            o.build.pack_budget = pack_budget;  // and wider ones while the process's copies stay within it
+            o.build.pack_budget = pack_budget;  // and wider ones while the process's copies stay within it:
+            if (pack_budget > 0 && !dnnl_util::pack_budget_fits(dnnl_util::budgeted_weights(*g.g, o.build), pack_budget))
+              o.build.pack_budget = 0;  // all of this graph's, or none
             o.build.int8_activations = int8_activations;  // int8-weight GEMMs quantize their input per row
             o.allow_inplace = inplace;
             o.build.prepack = cache;         // programs sharing a cache share packed weights
@@ -687,6 +689,7 @@ NB_MODULE(_C, m) {
   });
   m.def("num_threads", &num_threads);
   m.def("pack_budget_used", &dnnl_util::pack_budget_used);  // bytes of optional packed copies (pack_budget_mb)
+  m.def("pack_budget_refused", &dnnl_util::pack_budget_refused);  // (linears, bytes) left in place past it
   m.def("packed_weight_bytes", &dnnl_util::packed_weight_bytes);  // weights copied into kernels' layouts, live
   m.def("packed_weight_reuses", &dnnl_util::packed_weight_reuses);  // packed copies handed to another kernel
   m.def("output_cache_stats", [] {  // free blocks kept for the next outputs (base/memory.h)

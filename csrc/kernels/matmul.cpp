@@ -12,8 +12,10 @@
 // weights widened and prepacked once. For batch-1 bf16 linear layers with
 // constant weights and no native bf16 support, a GEMV reads the bf16 weights
 // directly (decode is bound by weight bytes).
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <string_view>
 
 #include "kernels/common.h"
 #include "kernels/epilogue.h"
@@ -626,6 +628,26 @@ std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
 }
 
 }  // namespace
+
+std::vector<std::pair<const void*, int64_t>> dnnl_util::budgeted_weights(const Graph& g, const BuildCtx& ctx) {
+  std::vector<std::pair<const void*, int64_t>> r;
+  for (auto& n : g.nodes()) {
+    if (n->op->name != std::string_view("linear") || n->inputs.size() < 2) continue;
+    const Value* x = n->inputs[0];
+    const Value* w = n->inputs[1];
+    const void* data = const_data(w);
+    const DType t = x->type.dtype;
+    // (int8 weights and bf16 ones without a native bf16 GEMM run widened, read as stored: make_linear)
+    if (!data || w->type.dtype != t || !(t == DType::f32 || (t == DType::bf16 && native_matmul(DType::bf16))))
+      continue;
+    const int64_t K = x->type.shape().empty() ? 0 : x->type.shape().back();
+    const int64_t M = K > 0 ? TensorType(DType::f32, x->type.shape()).numel() / K : 0;
+    if (M <= gemv::kGemvMaxRows || M < ctx.pack_rows) continue;  // a GEMV, or packed whatever the budget
+    if (std::none_of(r.begin(), r.end(), [&](const auto& e) { return e.first == data; }))
+      r.emplace_back(data, static_cast<int64_t>(w->type.nbytes()));
+  }
+  return r;
+}
 
 AG_REGISTER_OP(matmul, {.name = "matmul", .min_inputs = 2, .max_inputs = -1, .infer = infer_matmul,
                         .make_kernel = make_matmul, .props = kCostlyKernel});

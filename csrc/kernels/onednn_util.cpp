@@ -1,5 +1,6 @@
 #include "kernels/onednn_util.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include <cstdlib>
@@ -237,6 +238,7 @@ namespace {
 struct PackBudget {
   std::mutex mu;
   int64_t used = 0;
+  int64_t refused = 0, refused_bytes = 0;
   std::unordered_map<const void*, std::weak_ptr<void>> holds;  // by weight
 };
 PackBudget& pack_budget() {
@@ -251,7 +253,11 @@ std::shared_ptr<void> hold_pack_budget(const void* src, int64_t bytes, int64_t b
   if (auto it = b.holds.find(src); it != b.holds.end()) {
     if (auto h = it->second.lock()) return h;  // another kernel reads this weight: its hold serves
   }
-  if (bytes <= 0 || b.used + bytes > budget) return nullptr;
+  if (bytes <= 0 || b.used + bytes > budget) {
+    ++b.refused;
+    b.refused_bytes += std::max<int64_t>(bytes, 0);
+    return nullptr;
+  }
   b.used += bytes;
   std::shared_ptr<void> h(new char(0), [src, bytes](void* p) {
     delete static_cast<char*>(p);
@@ -268,6 +274,28 @@ int64_t pack_budget_used() {
   PackBudget& b = pack_budget();
   std::lock_guard<std::mutex> lock(b.mu);
   return b.used;
+}
+
+bool pack_budget_fits(const std::vector<std::pair<const void*, int64_t>>& weights, int64_t budget) {
+  PackBudget& b = pack_budget();
+  std::lock_guard<std::mutex> lock(b.mu);
+  int64_t n = 0, needed = 0;
+  for (const auto& [src, bytes] : weights) {
+    auto it = b.holds.find(src);
+    if (it != b.holds.end() && !it->second.expired()) continue;  // held already: it costs nothing more
+    ++n;
+    needed += bytes;
+  }
+  if (b.used + needed <= budget) return true;
+  b.refused += n;
+  b.refused_bytes += needed;
+  return false;
+}
+
+std::pair<int64_t, int64_t> pack_budget_refused() {
+  PackBudget& b = pack_budget();
+  std::lock_guard<std::mutex> lock(b.mu);
+  return {b.refused, b.refused_bytes};
 }
 int64_t packed_weight_reuses() { return g_packed_reuses.load(); }
 

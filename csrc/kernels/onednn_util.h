@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -137,6 +138,17 @@ int64_t packed_weight_bytes();
 std::shared_ptr<void> hold_pack_budget(const void* src, int64_t bytes, int64_t budget);
 // Bytes held against that budget, process-wide.
 int64_t pack_budget_used();
+// The holds refused for want of budget (their kernels read the weights in place) and their bytes,
+// process-wide.
+std::pair<int64_t, int64_t> pack_budget_refused();
+// The weights (address, bytes) of a graph's linears that would pack against the budget: constant
+// f32/bf16 [N, K] weights of linears of more rows than a GEMV takes and at least ctx.pack_rows
+// (kernels/matmul.cpp, which builds them).
+std::vector<std::pair<const void*, int64_t>> budgeted_weights(const Graph& g, const BuildCtx& ctx);
+// Do those of `weights` that no kernel holds yet fit what is left of `budget`? A graph packs all its
+// linears' weights or none (an LLM's prefill, whose weights exceed the budget, keeps one copy instead of
+// packing its first layers'); a "no" counts them as refused (pack_budget_refused).
+bool pack_budget_fits(const std::vector<std::pair<const void*, int64_t>>& weights, int64_t budget);
 // Times prepack handed out a copy another kernel had made (either cache), process-wide.
 int64_t packed_weight_reuses();
 

@@ -82,8 +82,9 @@ class CompilerConfig:
     pack_weights: str = field(default_factory=lambda: _env("AIRGRAPH_PACK_WEIGHTS", "auto"))
     # The most MiB of linear weights pack_weights="auto" copies into packed layouts for GEMMs of 16 rows
     # and more, process-wide (a weight several graphs read counts once, while a graph holds its copy): a
-    # model with more linear weights packs its first layers' and reads the rest in place (an LLM's
-    # prefill; its decode GEMVs read every weight in place). 0: one copy (AIRGRAPH_PACK_BUDGET_MB).
+    # graph whose linears' weights do not all fit what is left reads them all in place (an LLM's prefill
+    # larger than the budget keeps one copy; its decode GEMVs read the weights in place anyway), and its
+    # build says so at INFO. 0: one copy (AIRGRAPH_PACK_BUDGET_MB).
     pack_budget_mb: int = field(default_factory=lambda: int(_env("AIRGRAPH_PACK_BUDGET_MB", "1024")))
     # Linears with int8 weights (torchao's Int8WeightOnlyConfig, _weight_int8pack_mm) or int4 ones (torchao's
     # int4 for CPU; requantized to int8 per column) and more than 8 rows (prefill, encoders): "per_row"

@@ -41,6 +41,18 @@ from .programs import ProgramCache
 log = logging.getLogger("airgraph")
 
 
+def _log_budget_spent(gid: int, config: CompilerConfig, before) -> None:
+    """Says when graph_<gid>'s linears read their weights in place because they do not fit what is left
+    of pack_budget_mb (the process-wide count moved while the graph was built; graphs built at once on
+    other threads can add theirs)."""
+    n, nbytes = (a - b for a, b in zip(C.pack_budget_refused(), before))
+    if n > 0:
+        log.info("airgraph: graph_%d: %d linear(s) read their weights in place, slower than packed: their %.0f MB "
+                 "do not fit what is left of pack_budget_mb=%d (%.0f MB of packed copies held in this process); a "
+                 "larger budget packs them, at that much more memory", gid, n, nbytes / 2**20,
+                 config.pack_budget_mb, C.pack_budget_used() / 2**20)
+
+
 class Shared:
     """What the programs of one symbolic graph share: weights packed once for every size, kernels
     reused where a node and its shapes were seen before, and one arena (of the largest size seen)
@@ -75,10 +87,12 @@ def compile_lowered(low: Lowered, config: CompilerConfig, report: CompileReport,
     text = str(g) if keep_text else ""
     s = shared
     tk = time.perf_counter()
+    refused = C.pack_budget_refused()
     exe = g.compile(config.allow_inplace, config.fault_node, s and s.prepack_cache, s and s.arena,
                     s and s.kernel_cache, config.background_packing, config.pack_rows(),
                     config.int8_activations != "off", config.pack_budget())
     report.add_phase("kernels", time.perf_counter() - tk)
+    _log_budget_spent(gid, config, refused)
     watchers = [o for o in observers if hasattr(o, "called")]
     watch = None if not watchers else watchers[0] if len(watchers) == 1 else _Watchers(watchers)
     eg = EngineGraph(gid, exe, low, config.num_threads, text, watch, writes)

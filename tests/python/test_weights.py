@@ -437,34 +437,43 @@ def test_wide_gemms_read_the_weights_in_place(pack, budget_mb):
             assert C.pack_budget_used() == budget_before, "the graph is gone: its copy no longer counts"
 
 
-def test_the_pack_budget_is_per_process_and_per_weight():
-    """pack_budget_mb bounds the packed copies of the whole process: with 20 MiB, a model of two 16 MiB
-    linears packs the first one's weight and reads the second's in place (the graph built in execution
-    order); the graph Dynamo compiles for a second size reads the same weights, so they count once; the
-    results are the module's either way."""
+def test_the_pack_budget_is_per_process_and_per_weight(caplog):
+    """pack_budget_mb bounds the packed copies of the whole process, a graph's linears all or none: with
+    40 MiB, a model of two 16 MiB linears packs both weights, and the graph Dynamo compiles for a second
+    size reads the same weights, so they count once; a second such model, whose 32 MiB do not fit the 8
+    left, reads its weights in place, and the log says so, naming the graph and the budget. The results
+    are the modules' either way."""
     from airgraph._core import C
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).eval()
+
+    def model(seed):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).eval()
+
+    m1, m2 = model(0), model(1)
     size = 1024 * 4096 * 4
-    cfg = airgraph.CompilerConfig(cache_dir="", background_packing=False, pack_budget_mb=20)
+    cfg = airgraph.CompilerConfig(cache_dir="", background_packing=False, pack_budget_mb=40)
     gc.collect()
     C.wait_background_idle()
     before = C.pack_budget_used()
     torch._dynamo.reset()
-    f = torch.compile(m, backend=airgraph.get_backend(cfg), dynamic=False)
-    with torch.no_grad(), backend.collect_reports() as sink:
-        for rows in (32, 48):
+    f1 = torch.compile(m1, backend=airgraph.get_backend(cfg), dynamic=False)
+    f2 = torch.compile(m2, backend=airgraph.get_backend(cfg), dynamic=False)
+    grown = []
+    with torch.no_grad(), backend.collect_reports() as sink, caplog.at_level(logging.INFO, logger="airgraph"):
+        for f, m, rows in ((f1, m1, 32), (f1, m1, 48), (f2, m2, 32)):
             x = torch.randn(rows, 1024)
             torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-4)
-    kernels = [g.exe.instructions() for r in sink for g in r.graphs]
-    assert len(kernels) == 2, "one static graph per size"
-    grown = C.pack_budget_used() - before
-    gemms = [k for ins in kernels for _, _, k in ins if "matmul" in k or "panels" in k]
-    if all("gemm:jit" in k for k in gemms):
-        assert grown == 0, grown  # (oneDNN's jit sgemm without AVX-512 and no panels: no packed layout)
+            grown.append(C.pack_budget_used() - before)
+    kernels = [k for r in sink for g in r.graphs for _, _, k in g.exe.instructions() if "matmul" in k or "panels" in k]
+    assert len(kernels) == 6, kernels  # two linears in each of three static graphs
+    said = [r.getMessage() for r in caplog.records if "pack_budget_mb=40" in r.getMessage()]
+    if all("gemm:jit" in k for k in kernels):
+        # (oneDNN's jit sgemm without AVX-512 and no panels: no packed layout, nothing held)
+        assert grown == [0, 0, 0] and not said, (grown, said)
     else:
-        assert grown == size, (grown, kernels)  # the first linear's, once for both sizes
-    del f, sink
+        assert grown == [2 * size] * 3, (grown, kernels)
+        assert len(said) == 1 and "2 linear(s) read their weights in place" in said[0] and "their 32 MB" in said[0], said
+    del f1, f2, sink
     torch._dynamo.reset()
     gc.collect()
     C.wait_background_idle()
