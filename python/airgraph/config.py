@@ -66,12 +66,13 @@ class CompilerConfig:
     # programs share one packed copy.
     background_packing: bool = field(default_factory=lambda: _env("AIRGRAPH_BACKGROUND_PACKING", "1") != "0")
     # Constant GEMM weights in oneDNN's blocked layout ("packed": a copy beside the module's) or read
-    # where they are (one copy): "auto" packs linear weights for GEMMs of 9-15 rows, and for GEMMs of 16
-    # rows and more while the process's copies made so stay within pack_budget_mb (read in place, oneDNN
-    # reorders each call's weight blocks itself: single linears on a Zen 4 ran 20-49% slower at 16-31
-    # rows, 10-13% at 64, 4-10% at 128, 1-6% from 256 on); the linears past the budget and the GEMVs of
-    # decode steps of up to 8 rows (each weight read once for all rows) read the module's own memory.
-    # "always" packs every one with no budget (twice the weights' memory); "never" packs no linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
+    # where they are (one copy): "auto" packs linear weights for GEMMs of 9-15 rows, and a graph's GEMMs of
+    # 16 rows and more when their weights fit what is left of pack_budget_mb (read in place, oneDNN
+    # reorders each call's weight blocks itself: single linears on a Zen 4 ran 17-49% slower at 16-32
+    # rows, 10-13% at 64, 4-10% at 128, 1-6% from 256 on); the linears of a graph that does not fit and
+    # the GEMVs of decode steps of up to 8 rows (each weight read once for all rows) read the module's
+    # own memory. "always" packs every one with no budget (twice the weights' memory); "never" packs no
+    # linear weight. Constant [K, N] matmul operands (GPT-2's Conv1D: 33% slower in place) and
     # convolution weights are always packed (AIRGRAPH_PACK_WEIGHTS). On CPUs without AVX-512, where
     # oneDNN's f32 matmul is its jit sgemm, the linears it packs (f32, up to 48 rows, N a multiple of
     # 16) run airgraph's packed small-row GEMM instead (kernels/gemm_panels.h: 1.2-1.9x oneDNN there).
