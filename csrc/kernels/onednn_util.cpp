@@ -297,6 +297,7 @@ std::pair<int64_t, int64_t> pack_budget_refused() {
   std::lock_guard<std::mutex> lock(b.mu);
   return {b.refused, b.refused_bytes};
 }
+
 int64_t packed_weight_reuses() { return g_packed_reuses.load(); }
 
 const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bool widen,

@@ -130,11 +130,11 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
 
 // Bytes of weights held in another layout or dtype than the caller's (prepack's copies), process-wide.
 int64_t packed_weight_bytes();
-// Packed copies that are optional (pack_weights "auto": linears of BuildCtx::pack_rows up to
-// budget_rows rows, whose weights a module also holds) stay within a process-wide budget of bytes. A
-// hold is per weight (src): every kernel reading that weight shares one, and its bytes count until
-// the last kernel holding it is gone. Returns nullptr where the weight does not fit (then the kernel
-// reads the weights in place).
+// Packed copies that are optional (pack_weights "auto": linears of BuildCtx::pack_rows rows and more,
+// whose weights a module also holds) stay within a process-wide budget of bytes. A hold is per weight
+// (src): every kernel reading that weight shares one, and its bytes count until the last kernel
+// holding it is gone. Returns nullptr where the weight does not fit (then the kernel reads the
+// weights in place).
 std::shared_ptr<void> hold_pack_budget(const void* src, int64_t bytes, int64_t budget);
 // Bytes held against that budget, process-wide.
 int64_t pack_budget_used();
