@@ -19,7 +19,8 @@ std::shared_ptr<void> alloc_aligned(size_t bytes);
 // fault a fresh mapping in page by page (glibc maps blocks over 32 MiB anew every time, and the
 // kernel zeroes each page: UperNet's 39 MB logits cost 9.6 k faults, more than the kernel that
 // writes them). The cache keeps at most output_cache_limit() bytes of free blocks (the oldest
-// beyond it are freed; AIRGRAPH_OUTPUT_CACHE_MB, default 512; 0 turns it off).
+// beyond it are freed; AIRGRAPH_OUTPUT_CACHE_MB, default 512; 0 turns it off), and beside them the
+// last block given back that was larger than that by itself.
 std::shared_ptr<void> alloc_output(size_t bytes);
 
 struct OutputCacheStats {

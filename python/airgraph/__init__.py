@@ -30,7 +30,8 @@ def pass_names() -> list[str]:
 def empty_cache() -> dict:
     """Frees the blocks the engine keeps for the outputs of later calls (a graph's outputs of 1 MiB
     and more are reused from a process-wide cache of at most AIRGRAPH_OUTPUT_CACHE_MB, default 512,
-    once the caller lets them go); returns the cache's counters as they were before."""
+    plus the last block larger than that by itself, once the caller lets them go); returns the
+    cache's counters as they were before."""
     stats = dict(_C.output_cache_stats())
     _C.release_output_cache()
     return stats

@@ -85,3 +85,44 @@ def test_large_outputs_from_a_thread_pool():
             assert torch.equal(o, torch.relu(xs[i]) * 2.0)
             live.add(o.data_ptr())
     assert len(live) == 32, "two live outputs share a block"
+
+
+BIG = r'''
+import resource, torch, airgraph
+from airgraph._core import C
+assert C.output_cache_stats()["limit_bytes"] == 2 << 20
+f = torch.compile(lambda x: (torch.relu(x) * 2.0, x[:384] + 1.0), backend="airgraph")  # 4 MiB and 1.5 MiB
+x = torch.randn(1024, 1024)
+with torch.no_grad():
+    f(x)
+    s = C.output_cache_stats()
+    assert s["free_blocks"] == 2 and s["free_bytes"] == (4 << 20) + (3 << 19), s  # the 4 MiB block over the limit too
+    xs = [x + i for i in range(5)]
+    wants = [(torch.relu(t) * 2.0, t[:384] + 1.0) for t in xs]
+    r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for t, (wa, wb) in zip(xs, wants):
+        a, b = f(t)
+        assert torch.equal(a, wa) and torch.equal(b, wb)
+        del a, b
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0
+    assert faults < 1024, f"{faults} page faults in 5 calls: the 4 MiB output over the limit was not reused"
+    assert C.output_cache_stats()["hits"] >= s["hits"] + 10, C.output_cache_stats()
+    f(torch.randn(1024, 2048))  # 8 MiB and 3 MiB, both over the limit: one of them takes the 4 MiB block's place
+    s = C.output_cache_stats()
+    assert s["free_blocks"] == 2 and s["free_bytes"] - (3 << 19) in ((8 << 20), (3 << 20)), s
+freed = airgraph.empty_cache()
+assert freed["free_blocks"] == 2 and C.output_cache_stats()["free_bytes"] == 0
+print("ok")
+'''
+
+
+def test_a_block_over_the_limit_is_kept_beside_the_others():
+    # AIRGRAPH_OUTPUT_CACHE_MB=2: the 4 MiB output is larger than the limit by itself, and still
+    # serves the next call (a decoder's 622 MB logits faulted in on every call under the 512 MB default)
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AIRGRAPH_OUTPUT_CACHE_MB": "2"}
+    r = subprocess.run([sys.executable, "-c", BIG], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-4000:]
