@@ -134,6 +134,49 @@ inline float log_(float x) {
 }
 inline double log_(double x) { return std::log(x); }
 
+// e^x - 1 without the cancellation near 0: exp_'s reduction x = n ln2 + r and its polynomial
+// without the final + 1 (p = e^r - 1, exact to about 1 ulp where r is small), then
+// 2^n p + (2^n - 1), where 2^n - 1 is exact for the n that matter (|x| < 17: above, e^x or -1 dominate).
+inline float expm1_(float x) {
+  const float hi = 88.72283935546875f, lo = -17.0f;  // (e^-17 < 2^-24: the result is -1 in float)
+  float xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  float n = fmadd(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  float r = fnmadd(n, 0.693359375f, xc);
+  r = fmadd(n, 2.12194440e-4f, r);
+  float z = r * r;
+  float y = 1.9875691500e-4f;
+  y = fmadd(y, r, 1.3981999507e-3f);
+  y = fmadd(y, r, 8.3334519073e-3f);
+  y = fmadd(y, r, 4.1665795894e-2f);
+  y = fmadd(y, r, 1.6666665459e-1f);
+  y = fmadd(y, r, 5.0000001201e-1f);
+  float p = fmadd(y, z, r);  // e^r - 1
+  int32_t ni = static_cast<int32_t>(n);
+  int32_t n1 = ni >> 1, n2 = ni - n1;
+  float t1 = bits_to_float((n1 + 127) << 23), t2 = bits_to_float((n2 + 127) << 23);
+  float two_n = t1 * t2;
+  float e = fmadd(p * t1, t2, two_n - 1.0f);
+  e = x == 0.0f ? x : e;  // (-0 stays -0)
+  e = x > hi ? std::numeric_limits<float>::infinity() : e;
+  e = x < lo ? -1.0f : e;
+  return x != x ? x : e;
+}
+inline double expm1_(double x) { return std::expm1(x); }
+
+// log(1 + x) without the cancellation near 0: u = 1 + x rounded, then log(u) x / (u - 1), which
+// the rounding of u does not spoil (Goldberg); x itself where u is 1 (|x| below half an ulp of 1,
+// -0 and denormals included).
+inline float log1p_(float x) {
+  float u = 1.0f + x;
+  float d = u - 1.0f;
+  float r = log_(u) * (x / (d == 0.0f ? 1.0f : d));
+  r = d == 0.0f ? x : r;
+  r = x == std::numeric_limits<float>::infinity() ? x : r;
+  return x != x ? x : r;
+}
+inline double log1p_(double x) { return std::log1p(x); }
+
 template <typename C> inline C gelu_erf_(C x) {
   return C(0.5) * x * (C(1) + erf_(x * C(0.70710678118654752440)));
 }

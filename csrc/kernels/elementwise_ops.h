@@ -63,8 +63,8 @@ constexpr int kMath = kMathRow;
   X(erf, kF, kMath, math::erf_(x))                               \
   X(exp, kF, kMath, math::exp_(x))                               \
   X(log, kF, kMath, math::log_(x))                               \
-  X(log1p, kF, kMath, std::log1p(x))                             \
-  X(expm1, kF, kMath, std::expm1(x))                             \
+  X(log1p, kF, kMath, math::log1p_(x))                             \
+  X(expm1, kF, kMath, math::expm1_(x))                             \
   X(sin, kF, kMath, std::sin(x))                                 \
   X(cos, kF, kMath, std::cos(x))                                 \
   X(acos, kF, kMath, std::acos(x))                                \
@@ -114,7 +114,7 @@ constexpr int kMath = kMathRow;
   X(nan_to_num, kF, 0, "nan", "posinf", "neginf",                                               \
     C(x != x ? p0 : (x == math::inf<C>() ? p1 : (x == -math::inf<C>() ? p2 : x))))                  \
   X(elu, kF, kMath, "alpha", "scale", "input_scale",                                                 \
-    C(x <= C(0) ? C(std::expm1(x * p2) * C(p0 * p1)) : C(x * p1)))                                  \
+    C(x <= C(0) ? C(math::expm1_(x * p2) * C(p0 * p1)) : C(x * p1)))                                  \
   X(threshold, kFI, 0, "threshold", "value", "", C(x <= p0 ? p1 : x))                           \
   X(polygamma, kF, kMath, "n", "", "", math::polygamma_(x, p0))                                          \
   X(hardshrink, kF, kEpi, "lambd=0.5", "", "", C((x >= -p0 && x <= p0) ? C(0) : x))

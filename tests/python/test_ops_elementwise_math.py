@@ -15,6 +15,8 @@ SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 1e-30, -1e-30, 1e-7, 0.99
 
 # name: (fn, domain of the random inputs)
 UNARY = {
+    "log1p": (torch.log1p, "wide"), "expm1": (torch.expm1, "wide"), "elu": (F.elu, "wide"),
+    "selu": (F.selu, "wide"), "softplus": (F.softplus, "wide"), "mish": (F.mish, "wide"),
     "acos": (torch.acos, "unit"), "asin": (torch.asin, "unit"), "atan": (torch.atan, "wide"),
     "acosh": (torch.acosh, "pos"), "asinh": (torch.asinh, "wide"), "atanh": (torch.atanh, "unit"),
     "sinh": (torch.sinh, "wide"), "cosh": (torch.cosh, "wide"), "tan": (torch.tan, "wide"),
