@@ -51,20 +51,34 @@ std::vector<TensorType> infer_param(const std::vector<TensorType>& in, const Att
   return infer_unary<K, false>(in, a);
 }
 
-// A float32 math row (exp, erf, GELU, ...) alone: the fused interpreter's loop for the row
-// (fe::run_unary: the row's own loop, AVX-512 where the CPU has it), the same functions and bits as
-// the generic loop below, which GCC left scalar for some rows (GELU's two forms in one functor: 15x
-// slower than eager on 4M elements).
-template <template <typename> class R, int64_t Code>
-std::unique_ptr<Kernel> math_f32_kernel(const Node& n, std::string name) {
+// A float math row (exp, erf, GELU, ...) alone: the fused interpreter's loop for the row
+// (fe::run_unary: the row's own loop, AVX-512 where the CPU has it; 16-bit values through float
+// tiles, rounded once as the loop below rounds them), the same functions and bits as the generic
+// loop below, which GCC left scalar for some rows (GELU's two forms in one functor: 15x slower than
+// eager on 4M elements).
+template <template <typename> class R, int64_t Code, typename T>
+std::unique_ptr<Kernel> math_row_kernel(const Node& n, std::string name) {
   FusedInstr ins;
   if (!R<double>::encode(n.attrs, ins.p)) return nullptr;
   const int64_t numel = n.inputs[0]->type.numel();
   const std::array<double, 3> p{ins.p[0], ins.p[1], ins.p[2]};
   return make_fn_kernel(std::move(name), [numel, p](void* const* in, void* const* out) {
-    const float* a = static_cast<const float*>(in[0]);
-    float* o = static_cast<float*>(out[0]);
-    parallel_for(numel, kGrainMath, [&](int64_t b, int64_t e) { fe::run_unary(Code, p.data(), o + b, a + b, e - b); });
+    const T* a = static_cast<const T*>(in[0]);
+    T* o = static_cast<T*>(out[0]);
+    parallel_for(numel, kGrainMath, [&](int64_t b, int64_t e) {
+      if constexpr (std::is_same_v<T, float>) {
+        fe::run_unary(Code, p.data(), o + b, a + b, e - b);
+      } else {
+        constexpr int64_t kTile = 1024;
+        float tile[kTile];
+        for (int64_t s = b; s < e; s += kTile) {
+          const int64_t m = std::min(kTile, e - s);
+          for (int64_t i = 0; i < m; ++i) tile[i] = get<float>(a[s + i]);
+          fe::run_unary(Code, p.data(), tile, tile, m);
+          for (int64_t i = 0; i < m; ++i) put(o[s + i], tile[i]);
+        }
+      }
+    });
   });
 }
 
@@ -75,8 +89,11 @@ std::unique_ptr<Kernel> make_unary(const Node& n, const BuildCtx&) {
   std::unique_ptr<Kernel> k;
   std::string name = std::string(n.op->name) + "_" + dtype_name(dt);
   if constexpr (Math && !BoolOut && (K & kF) != 0) {
-    if (dt == DType::f32)
-      if (auto f = math_f32_kernel<R, Code>(n, name)) return f;
+    std::unique_ptr<Kernel> f = dt == DType::f32    ? math_row_kernel<R, Code, float>(n, name)
+                                : dt == DType::bf16 ? math_row_kernel<R, Code, bf16s>(n, name)
+                                : dt == DType::f16  ? math_row_kernel<R, Code, f16s>(n, name)
+                                                    : nullptr;
+    if (f) return f;
   }
   AG_DISPATCH_ALL(dt, n.op->name, [&] {
     if constexpr (allowed<K, scalar_t>()) {
