@@ -35,15 +35,15 @@ template <typename C> inline C fnmadd(C a, C b, C c) {
   else return static_cast<C>(c - a * b);
 }
 
-inline float exp_(float x) {
-  const float hi = 88.72283935546875f, lo = -87.3365478515625f;
-  float xc = x < lo ? lo : x;  // (NaN handled at the end)
-  xc = xc > hi ? hi : xc;
+// x = n ln 2 + r with |r| <= ln 2 / 2 (xc already clamped): returns e^r - 1 (Cephes' expf
+// polynomial, without its final + 1) and sets n, and 2^n as two factors t1 t2 (so that n in
+// [-126, 128] stays representable)
+inline float exp_reduced_(float xc, float* n, float* t1, float* t2) {
   // n = round(x / ln 2) by the 1.5 * 2^23 trick (std::floor does not vectorize
   // without -fno-trapping-math)
-  float n = fmadd(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
-  float r = fnmadd(n, 0.693359375f, xc);
-  r = fmadd(n, 2.12194440e-4f, r);
+  *n = fmadd(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  float r = fnmadd(*n, 0.693359375f, xc);
+  r = fmadd(*n, 2.12194440e-4f, r);
   float z = r * r;
   float y = 1.9875691500e-4f;
   y = fmadd(y, r, 1.3981999507e-3f);
@@ -51,11 +51,20 @@ inline float exp_(float x) {
   y = fmadd(y, r, 4.1665795894e-2f);
   y = fmadd(y, r, 1.6666665459e-1f);
   y = fmadd(y, r, 5.0000001201e-1f);
-  y = fmadd(y, z, r) + 1.0f;
-  // 2^n as two factors so that n in [-126, 128] stays representable
-  int32_t ni = static_cast<int32_t>(n);
+  int32_t ni = static_cast<int32_t>(*n);
   int32_t n1 = ni >> 1, n2 = ni - n1;
-  float p = y * bits_to_float((n1 + 127) << 23) * bits_to_float((n2 + 127) << 23);
+  *t1 = bits_to_float((n1 + 127) << 23);
+  *t2 = bits_to_float((n2 + 127) << 23);
+  return fmadd(y, z, r);
+}
+
+inline float exp_(float x) {
+  const float hi = 88.72283935546875f, lo = -87.3365478515625f;
+  float xc = x < lo ? lo : x;  // (NaN handled at the end)
+  xc = xc > hi ? hi : xc;
+  float n, t1, t2;
+  float y = exp_reduced_(xc, &n, &t1, &t2) + 1.0f;
+  float p = y * t1 * t2;
   p = x > hi ? std::numeric_limits<float>::infinity() : p;
   p = x < lo ? 0.0f : p;
   return x != x ? x : p;
@@ -141,20 +150,8 @@ inline float expm1_(float x) {
   const float hi = 88.72283935546875f, lo = -17.0f;  // (e^-17 < 2^-24: the result is -1 in float)
   float xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
-  float n = fmadd(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
-  float r = fnmadd(n, 0.693359375f, xc);
-  r = fmadd(n, 2.12194440e-4f, r);
-  float z = r * r;
-  float y = 1.9875691500e-4f;
-  y = fmadd(y, r, 1.3981999507e-3f);
-  y = fmadd(y, r, 8.3334519073e-3f);
-  y = fmadd(y, r, 4.1665795894e-2f);
-  y = fmadd(y, r, 1.6666665459e-1f);
-  y = fmadd(y, r, 5.0000001201e-1f);
-  float p = fmadd(y, z, r);  // e^r - 1
-  int32_t ni = static_cast<int32_t>(n);
-  int32_t n1 = ni >> 1, n2 = ni - n1;
-  float t1 = bits_to_float((n1 + 127) << 23), t2 = bits_to_float((n2 + 127) << 23);
+  float n, t1, t2;
+  float p = exp_reduced_(xc, &n, &t1, &t2);  // e^r - 1
   float two_n = t1 * t2;
   float e = fmadd(p * t1, t2, two_n - 1.0f);
   e = x == 0.0f ? x : e;  // (-0 stays -0)
