@@ -105,6 +105,7 @@ struct GemmSpec {
   const void* b_const = nullptr;
   const void* bias_const = nullptr;
   bool has_bias = false;
+  bool budgeted = false;  // a linear whose packed copy counts against BuildCtx::pack_budget (budgeted_linear)
   epi::Epilogue epi;  // fused post-ops, on the [.., N] view of `out`
 };
 
@@ -133,7 +134,7 @@ class GemmKernel final : public Kernel {
     // slower in place on GPT-2 b1, so it is packed)
     const int64_t rows = out_n_ / std::max<int64_t>(s.out.back(), 1);
     in_place_ = s.b_nk && rows >= ctx.pack_rows;
-    if (in_place_ && s.b_const && ctx.pack_budget > 0) {  // packed too while the budget holds
+    if (in_place_ && s.budgeted && ctx.pack_budget > 0) {  // packed too while the budget holds
       budget_ = dnnl_util::hold_pack_budget(s.b_const, static_cast<int64_t>(TensorType(s.t, s.b).nbytes()),
                                             ctx.pack_budget);
       in_place_ = budget_ == nullptr;
@@ -598,21 +599,40 @@ std::unique_ptr<Kernel> make_matmul(const Node& n, const BuildCtx& ctx) {
   return std::make_unique<GemmKernel>(s, ctx);
 }
 
+// A linear's rows: the product of its input's leading dims.
+int64_t linear_rows(const Node& n) {
+  const Shape x = n.inputs[0]->type.shape();
+  int64_t M = 1;
+  for (size_t i = 0; i + 1 < x.size(); ++i) M *= x[i];
+  return M;
+}
+
+// int8 weights, and constant bf16 ones where this CPU has no native bf16 GEMM (whose f32 emulation
+// would keep a widened copy of the weights): read as stored, widened by the kernel (make_linear_widened)
+bool linear_widened(const Node& n, int64_t M) {
+  return n.inputs[1]->type.dtype == DType::i8 ||
+         (n.inputs[0]->type.dtype == DType::bf16 && M > gemv::kGemvMaxRows && const_data(n.inputs[1]) &&
+          !native_matmul(DType::bf16));
+}
+
+// Does the linear's packed copy count against BuildCtx::pack_budget? Constant weights of its input's
+// dtype, f32 or natively run bf16 (others run widened or emulated: linear_widened, or a copy made
+// anyway), K > 0, more rows than the GEMV takes and at least pack_rows (fewer pack whatever the budget).
+bool budgeted_linear(const Node& n, int64_t M, const BuildCtx& ctx) {
+  const DType t = n.inputs[0]->type.dtype;
+  return const_data(n.inputs[1]) && n.inputs[1]->type.dtype == t &&
+         (t == DType::f32 || (t == DType::bf16 && native_matmul(DType::bf16))) &&
+         n.inputs[0]->type.shape().back() > 0 && M > gemv::kGemvMaxRows && M >= ctx.pack_rows;
+}
+
 std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
   GemmSpec s;
   s.t = n.inputs[0]->type.dtype;
   Shape x = n.inputs[0]->type.shape();
   int64_t K = x.back(), N = n.inputs[1]->type.size(0);
-  int64_t M = TensorType(DType::f32, x).numel() / std::max<int64_t>(K, 1);
-  if (K == 0) {
-    M = 1;
-    for (size_t i = 0; i + 1 < x.size(); ++i) M *= x[i];
-  }
-  // int8 weights, and constant bf16 ones where this CPU has no native bf16 GEMM (whose f32 emulation
-  // would keep a widened copy of the weights): read as stored, widened by the kernel
-  if (n.inputs[1]->type.dtype == DType::i8 ||
-      (s.t == DType::bf16 && M > gemv::kGemvMaxRows && const_data(n.inputs[1]) && !native_matmul(DType::bf16)))
-    return make_linear_widened(n, ctx, M, K, N);
+  const int64_t M = linear_rows(n);
+  if (linear_widened(n, M)) return make_linear_widened(n, ctx, M, K, N);
+  s.budgeted = budgeted_linear(n, M, ctx);
   s.a = {M, K};
   s.b = {K, N};
   s.out = {M, N};
@@ -632,19 +652,12 @@ std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
 std::vector<std::pair<const void*, int64_t>> dnnl_util::budgeted_weights(const Graph& g, const BuildCtx& ctx) {
   std::vector<std::pair<const void*, int64_t>> r;
   for (auto& n : g.nodes()) {
-    if (n->op->name != std::string_view("linear") || n->inputs.size() < 2) continue;
-    const Value* x = n->inputs[0];
-    const Value* w = n->inputs[1];
-    const void* data = const_data(w);
-    const DType t = x->type.dtype;
-    // (int8 weights and bf16 ones without a native bf16 GEMM run widened, read as stored: make_linear)
-    if (!data || w->type.dtype != t || !(t == DType::f32 || (t == DType::bf16 && native_matmul(DType::bf16))))
+    if (n->op->name != std::string_view("linear") || n->inputs.size() < 2 || n->inputs[0]->type.shape().empty() ||
+        !budgeted_linear(*n, linear_rows(*n), ctx))
       continue;
-    const int64_t K = x->type.shape().empty() ? 0 : x->type.shape().back();
-    const int64_t M = K > 0 ? TensorType(DType::f32, x->type.shape()).numel() / K : 0;
-    if (M <= gemv::kGemvMaxRows || M < ctx.pack_rows) continue;  // a GEMV, or packed whatever the budget
+    const void* data = const_data(n->inputs[1]);
     if (std::none_of(r.begin(), r.end(), [&](const auto& e) { return e.first == data; }))
-      r.emplace_back(data, static_cast<int64_t>(w->type.nbytes()));
+      r.emplace_back(data, static_cast<int64_t>(n->inputs[1]->type.nbytes()));
   }
   return r;
 }
