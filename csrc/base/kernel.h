@@ -36,9 +36,12 @@ struct BuildCtx {
   // Linears of pack_rows rows and more pack their weights too while the process's optional packed
   // copies stay within pack_budget bytes (dnnl_util::hold_pack_budget; CompilerConfig's pack_weights
   // "auto" and pack_budget_mb): in place, oneDNN reorders each call's weight blocks itself, 17-49%
-  // slower at 16-32 rows, 4-13% at 64-128, 1-6% from 256 on (a Zen 4). The bindings' compile gives a
-  // graph 0 where its linears' weights do not all fit (dnnl_util::pack_budget_fits): all or none.
+  // slower at 16-32 rows, 4-13% at 64-128, 1-6% from 256 on (a Zen 4).
   int64_t pack_budget = 0;
+  // The weights (sorted addresses) that pack_budget may take; the graph's other linears read theirs in
+  // place. The bindings' compile chooses them a row count at a time, fewest rows first, while they fit
+  // (dnnl_util::pack_budget_choose). nullptr: any.
+  std::shared_ptr<const std::vector<const void*>> pack_chosen;
   // Linears with int8 or int4 weights and more rows than a GEMV takes quantize their input per row at
   // run time and run int8 products (kernels/linear_widened.cpp, linear_int4.cpp); false widens the
   // weights to f32 (the exact path). CompilerConfig.int8_activations.

@@ -507,9 +507,10 @@ NB_MODULE(_C, m) {
              bool int8_activations, int64_t pack_budget) {
             CompileOptions o;
             o.build.pack_rows = pack_rows;  // GEMMs with fewer rows pack their constant weights
-            o.build.pack_budget = pack_budget;  // and wider ones while the process's copies stay within it:
-            if (pack_budget > 0 && !dnnl_util::pack_budget_fits(dnnl_util::budgeted_weights(*g.g, o.build), pack_budget))
-              o.build.pack_budget = 0;  // all of this graph's, or none
+            o.build.pack_budget = pack_budget;  // and wider ones while the process's copies stay within it,
+            if (pack_budget > 0)                // a row count at a time, fewest rows first
+              o.build.pack_chosen = std::make_shared<const std::vector<const void*>>(
+                  dnnl_util::pack_budget_choose(dnnl_util::budgeted_weights(*g.g, o.build), pack_budget));
             o.build.int8_activations = int8_activations;  // int8-weight GEMMs quantize their input per row
             o.allow_inplace = inplace;
             o.build.prepack = cache;         // programs sharing a cache share packed weights

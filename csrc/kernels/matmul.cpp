@@ -97,6 +97,11 @@ Shape pad_front(const Shape& s, size_t r) {
   return o;
 }
 
+// May the budget take this linear weight's packed copy (BuildCtx::pack_chosen)?
+bool chosen(const BuildCtx& ctx, const void* weight) {
+  return !ctx.pack_chosen || std::binary_search(ctx.pack_chosen->begin(), ctx.pack_chosen->end(), weight);
+}
+
 // Everything a GEMM node needs, decided at kernel creation.
 struct GemmSpec {
   DType t;
@@ -134,7 +139,7 @@ class GemmKernel final : public Kernel {
     // slower in place on GPT-2 b1, so it is packed)
     const int64_t rows = out_n_ / std::max<int64_t>(s.out.back(), 1);
     in_place_ = s.b_nk && rows >= ctx.pack_rows;
-    if (in_place_ && s.budgeted && ctx.pack_budget > 0) {  // packed too while the budget holds
+    if (in_place_ && s.budgeted && ctx.pack_budget > 0 && chosen(ctx, s.b_const)) {  // packed too, within budget
       budget_ = dnnl_util::hold_pack_budget(s.b_const, static_cast<int64_t>(TensorType(s.t, s.b).nbytes()),
                                             ctx.pack_budget);
       in_place_ = budget_ == nullptr;
@@ -649,15 +654,19 @@ std::unique_ptr<Kernel> make_linear(const Node& n, const BuildCtx& ctx) {
 
 }  // namespace
 
-std::vector<std::pair<const void*, int64_t>> dnnl_util::budgeted_weights(const Graph& g, const BuildCtx& ctx) {
-  std::vector<std::pair<const void*, int64_t>> r;
+std::vector<dnnl_util::BudgetedWeight> dnnl_util::budgeted_weights(const Graph& g, const BuildCtx& ctx) {
+  std::vector<BudgetedWeight> r;
   for (auto& n : g.nodes()) {
-    if (n->op->name != std::string_view("linear") || n->inputs.size() < 2 || n->inputs[0]->type.shape().empty() ||
-        !budgeted_linear(*n, linear_rows(*n), ctx))
+    if (n->op->name != std::string_view("linear") || n->inputs.size() < 2 || n->inputs[0]->type.shape().empty())
       continue;
+    const int64_t rows = linear_rows(*n);
+    if (!budgeted_linear(*n, rows, ctx)) continue;
     const void* data = const_data(n->inputs[1]);
-    if (std::none_of(r.begin(), r.end(), [&](const auto& e) { return e.first == data; }))
-      r.emplace_back(data, static_cast<int64_t>(n->inputs[1]->type.nbytes()));
+    auto it = std::find_if(r.begin(), r.end(), [&](const auto& e) { return e.data == data; });
+    if (it != r.end())
+      it->rows = std::min(it->rows, rows);
+    else
+      r.push_back({data, static_cast<int64_t>(n->inputs[1]->type.nbytes()), rows});
   }
   return r;
 }

@@ -276,20 +276,35 @@ int64_t pack_budget_used() {
   return b.used;
 }
 
-bool pack_budget_fits(const std::vector<std::pair<const void*, int64_t>>& weights, int64_t budget) {
+std::vector<const void*> pack_budget_choose(std::vector<BudgetedWeight> weights, int64_t budget) {
   PackBudget& b = pack_budget();
   std::lock_guard<std::mutex> lock(b.mu);
-  int64_t n = 0, needed = 0;
-  for (const auto& [src, bytes] : weights) {
-    auto it = b.holds.find(src);
-    if (it != b.holds.end() && !it->second.expired()) continue;  // held already: it costs nothing more
-    ++n;
-    needed += bytes;
+  std::vector<const void*> chosen;
+  std::vector<BudgetedWeight> rest;
+  for (const auto& w : weights) {
+    auto it = b.holds.find(w.data);
+    if (it != b.holds.end() && !it->second.expired())
+      chosen.push_back(w.data);  // held already: it costs nothing more
+    else
+      rest.push_back(w);
   }
-  if (b.used + needed <= budget) return true;
-  b.refused += n;
-  b.refused_bytes += needed;
-  return false;
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& x, const auto& y) { return x.rows < y.rows; });
+  int64_t planned = b.used;
+  size_t i = 0;
+  while (i < rest.size()) {
+    size_t j = i;
+    int64_t needed = 0;
+    for (; j < rest.size() && rest[j].rows == rest[i].rows; ++j) needed += rest[j].bytes;
+    if (planned + needed > budget) break;
+    planned += needed;
+    for (; i < j; ++i) chosen.push_back(rest[i].data);
+  }
+  for (; i < rest.size(); ++i) {
+    ++b.refused;
+    b.refused_bytes += rest[i].bytes;
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
 }
 
 std::pair<int64_t, int64_t> pack_budget_refused() {

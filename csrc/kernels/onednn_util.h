@@ -141,14 +141,24 @@ int64_t pack_budget_used();
 // The holds refused for want of budget (their kernels read the weights in place) and their bytes,
 // process-wide.
 std::pair<int64_t, int64_t> pack_budget_refused();
-// The weights (address, bytes) of a graph's linears that would pack against the budget: constant
-// f32/bf16 [N, K] weights of linears of more rows than a GEMV takes and at least ctx.pack_rows
-// (kernels/matmul.cpp, which builds them).
-std::vector<std::pair<const void*, int64_t>> budgeted_weights(const Graph& g, const BuildCtx& ctx);
-// Do those of `weights` that no kernel holds yet fit what is left of `budget`? A graph packs all its
-// linears' weights or none (an LLM's prefill, whose weights exceed the budget, keeps one copy instead of
-// packing its first layers'); a "no" counts them as refused (pack_budget_refused).
-bool pack_budget_fits(const std::vector<std::pair<const void*, int64_t>>& weights, int64_t budget);
+// A graph's linear weight that would pack against the budget: its address, bytes, and the fewest rows
+// of the linears reading it.
+struct BudgetedWeight {
+  const void* data;
+  int64_t bytes, rows;
+};
+// The weights of a graph's linears that would pack against the budget: constant f32/bf16 [N, K] weights
+// of linears of more rows than a GEMV takes and at least ctx.pack_rows (kernels/matmul.cpp, which builds
+// them).
+std::vector<BudgetedWeight> budgeted_weights(const Graph& g, const BuildCtx& ctx);
+// Which of `weights` the graph packs (sorted addresses, BuildCtx::pack_chosen): those held already (they
+// cost nothing more), then the rest a row count at a time, fewest rows first (in place costs most at few
+// rows), while all of that row count fits what is left of `budget`. The first row count that does not fit
+// and all wider ones stay in place, counted as refused (pack_budget_refused): a graph of one row count
+// packs all or none (an LLM's prefill, whose weights exceed the budget, keeps one copy instead of packing
+// its first layers'), a model of two (BART's 128-row encoder and 32-row decoder at batch 1) packs the
+// fewer-row one where only that fits.
+std::vector<const void*> pack_budget_choose(std::vector<BudgetedWeight> weights, int64_t budget);
 // Times prepack handed out a copy another kernel had made (either cache), process-wide.
 int64_t packed_weight_reuses();
 

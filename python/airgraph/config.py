@@ -82,10 +82,12 @@ class CompilerConfig:
     # encoders and prefill on a Zen 4 at no memory cost); decode GEMVs still read the weights as stored.
     pack_weights: str = field(default_factory=lambda: _env("AIRGRAPH_PACK_WEIGHTS", "auto"))
     # The most MiB of linear weights pack_weights="auto" copies into packed layouts for GEMMs of 16 rows
-    # and more, process-wide (a weight several graphs read counts once, while a graph holds its copy): a
-    # graph whose linears' weights do not all fit what is left reads them all in place (an LLM's prefill
-    # larger than the budget keeps one copy; its decode GEMVs read the weights in place anyway), and its
-    # build says so at INFO. 0: one copy (AIRGRAPH_PACK_BUDGET_MB).
+    # and more, process-wide (a weight several graphs read counts once, while a graph holds its copy): where
+    # a graph's linears' weights do not all fit what is left, it packs them a row count at a time, fewest
+    # rows first, while a whole row count fits (BART-large at batch 1 packs its 32-row decoder, not its
+    # 128-row encoder), and reads the rest in place (an LLM's prefill larger than the budget, one row count,
+    # keeps one copy; its decode GEMVs read the weights in place anyway); its build says so at INFO. 0: one
+    # copy (AIRGRAPH_PACK_BUDGET_MB).
     pack_budget_mb: int = field(default_factory=lambda: int(_env("AIRGRAPH_PACK_BUDGET_MB", "1024")))
     # Linears with int8 weights (torchao's Int8WeightOnlyConfig, _weight_int8pack_mm) or int4 ones (torchao's
     # int4 for CPU; requantized to int8 per column) and more than 8 rows (prefill, encoders): "per_row"

@@ -438,7 +438,7 @@ def test_wide_gemms_read_the_weights_in_place(pack, budget_mb):
 
 
 def test_the_pack_budget_is_per_process_and_per_weight(caplog):
-    """pack_budget_mb bounds the packed copies of the whole process, a graph's linears all or none: with
+    """pack_budget_mb bounds the packed copies of the whole process, a row count's linears all or none: with
     40 MiB, a model of two 16 MiB linears packs both weights, and the graph Dynamo compiles for a second
     size reads the same weights, so they count once; a second such model, whose 32 MiB do not fit the 8
     left, reads its weights in place, and the log says so, naming the graph and the budget. The results
@@ -474,6 +474,52 @@ def test_the_pack_budget_is_per_process_and_per_weight(caplog):
         assert grown == [2 * size] * 3, (grown, kernels)
         assert len(said) == 1 and "2 linear(s) read their weights in place" in said[0] and "their 32 MB" in said[0], said
     del f1, f2, sink
+    torch._dynamo.reset()
+    gc.collect()
+    C.wait_background_idle()
+    assert C.pack_budget_used() == before
+
+
+class _TwoRowCounts(nn.Module):
+    """A 64-row linear, then a 24-row one on the first rows of its result (as BART's 128-row encoder and
+    32-row decoder at batch 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide, self.narrow = nn.Linear(1024, 4096), nn.Linear(4096, 512)
+
+    def forward(self, x):
+        return self.narrow(torch.relu(self.wide(x))[:24])
+
+
+def test_the_pack_budget_takes_the_fewest_rows_first(caplog):
+    """Where not all of a graph's linear weights fit pack_budget_mb, the graph packs a row count at a time,
+    fewest rows first (in place costs most at few rows): with 20 MiB, the 24-row linear's 8 MiB weight
+    packs and the 64-row one's 16 MiB (which alone would fit) reads in place, and the log names the one left.
+    The result is the module's."""
+    from airgraph._core import C
+
+    torch.manual_seed(0)
+    m = _TwoRowCounts().eval()
+    cfg = airgraph.CompilerConfig(cache_dir="", background_packing=False, pack_budget_mb=20)
+    gc.collect()
+    C.wait_background_idle()
+    before = C.pack_budget_used()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend=airgraph.get_backend(cfg), dynamic=False)
+    x = torch.randn(64, 1024)
+    with torch.no_grad(), backend.collect_reports() as sink, caplog.at_level(logging.INFO, logger="airgraph"):
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-4)
+        grown = C.pack_budget_used() - before
+    kernels = [k for r in sink for g in r.graphs for _, _, k in g.exe.instructions() if "matmul" in k or "panels" in k]
+    assert len(kernels) == 2, kernels
+    said = [r.getMessage() for r in caplog.records if "pack_budget_mb=20" in r.getMessage()]
+    if all("gemm:jit" in k for k in kernels):
+        assert grown == 0 and not said, (grown, said)  # (no packed layout on oneDNN's jit sgemm)
+    else:
+        assert grown == 4096 * 512 * 4, (grown, kernels)
+        assert len(said) == 1 and "1 linear(s) read their weights in place" in said[0] and "their 16 MB" in said[0], said
+    del f, sink
     torch._dynamo.reset()
     gc.collect()
     C.wait_background_idle()
