@@ -416,3 +416,65 @@ def test_memory_bound_1x1_conv_reorders_a_row_major_residual(engine_graphs):
         assert_close(compile_native(m)(x), m(x), msg="vs eager")
     kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
     assert any(k.startswith("pointwise_conv_float32") and "by hand: add relu" in k for k in kernels), kernels
+
+
+class Bottleneck3x3(nn.Module):
+    """ResNet's bottleneck at a small size: 1x1 + BatchNorm + ReLU, the 3x3 (`pad`) + BatchNorm (+ the 1x1's result
+    where `add`: a full-size post-op operand) + ReLU, 1x1 + BatchNorm (+ the block's input where the sizes allow)."""
+
+    def __init__(self, c, mid, pad, add):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(c, mid, 1, bias=False), nn.BatchNorm2d(mid)
+        self.c2, self.b2 = nn.Conv2d(mid, mid, 3, padding=pad, bias=False), nn.BatchNorm2d(mid)
+        self.c3, self.b3 = nn.Conv2d(mid, c, 1, bias=False), nn.BatchNorm2d(c)
+        self.add, self.res = add, pad == 1
+        with torch.no_grad():
+            for b in (self.b1, self.b2, self.b3):
+                b.running_mean.uniform_(-0.5, 0.5), b.running_var.uniform_(0.5, 2.0), b.weight.uniform_(0.5, 2.0)
+                b.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        h = torch.relu(self.b1(self.c1(x)))
+        m = self.b2(self.c2(h))
+        m = torch.relu(m + h if self.add else m)
+        y = self.b3(self.c3(m))
+        return torch.relu(y + x) if self.res else y
+
+
+# (channels, 3x3 channels, size, batch, padding, add, Winograd): 64-96 channels and 15-32 pixels take F(2x2, 3x3)
+# (at least 12 tiles a thread); 512 channels at 7 x 7 have too few tiles for their weights and stay on oneDNN's
+@pytest.mark.parametrize("c,mid,hw,batch,pad,add,wino", [(64, 64, 32, 1, 1, False, True), (96, 48, 20, 2, 1, True, True),
+                                                         (64, 80, 17, 1, 0, False, True), (32, 64, 15, 1, 2, False, True),
+                                                         (256, 512, 7, 1, 1, False, False)])
+def test_3x3_conv_by_winograd_matches_eager_and_the_direct_conv(c, mid, hw, batch, pad, add, wino, engine_graphs,
+                                                                 monkeypatch):
+    """A 3x3 convolution (stride 1) between channels-last values with enough output tiles runs Winograd's F(2x2, 3x3)
+    (conv_winograd.h), its folded BatchNorm, residual add and ReLU applied to each block it writes: eager's result,
+    NaN where eager has NaN, and the direct convolution's (AIRGRAPH_WINOGRAD=0, oneDNN's) within the same tolerance.
+    The kernel is named; odd sizes (tiles past the edge) and paddings 0-2 included (the transforms against a
+    double-precision direct convolution under both instruction sets: tests/cpp/test_conv_winograd.cpp)."""
+    torch.manual_seed(0)
+    m = Bottleneck3x3(c, mid, pad, add).eval()
+    x = torch.randn(batch, c, hw, hw)
+    x[0, c // 2, hw // 3, hw // 2] = float("nan")
+    monkeypatch.setenv("AIRGRAPH_WINOGRAD", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # (the tiles a thread the choice counts: the kernels are built on 2 threads)
+    try:
+        with torch.no_grad():
+            want = m(x)
+            got = compile_native(m, num_threads=2)(x)
+        assert_close(got, want, msg="vs eager")
+        assert torch.isnan(want).any() and torch.equal(torch.isnan(got), torch.isnan(want))
+        kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
+        assert sum(k.startswith("winograd_conv_float32") for k in kernels) == int(wino), kernels
+        if wino:
+            assert any(k.startswith("winograd_conv_float32") and ("add relu" if add else "relu") in k for k in kernels), kernels
+            engine_graphs.clear()
+            monkeypatch.setenv("AIRGRAPH_WINOGRAD", "0")
+            with torch.no_grad():
+                direct = compile_native(m, num_threads=2)(x)
+            assert not any("winograd" in k for g in engine_graphs for _, _, k in g.exe.instructions())
+            assert_close(got, direct, msg="vs the direct convolution")
+    finally:
+        torch.set_num_threads(threads)
