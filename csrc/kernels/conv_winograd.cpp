@@ -56,7 +56,7 @@ Plan make(const float* w, const float* bias, int64_t N, int64_t H, int64_t W, in
   p.gemm.bind(DNNL_ARG_DST, pd.dst_desc());
   p.gemm.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
   p.pad_bytes = (p.gemm.scratch_bytes + 63) / 64 * 64;
-  p.u = dnnl_util::alloc_buffer(pd.weights_desc().get_size());
+  p.u = dnnl_util::counted_buffer(pd.weights_desc().get_size());  // (packed_weight_bytes counts it)
   dnnl_util::Reorder ro;
   ro.init(wplain, pd.weights_desc());
   if (ro.needed) ro.run_once(u.data(), p.u.data());

@@ -213,8 +213,8 @@ std::string packing_key(DType t, bool widen, uint64_t adjust_tag, const dnnl::me
 namespace {
 std::atomic<int64_t> g_packed_bytes{0};
 std::atomic<int64_t> g_packed_reuses{0};
+}  // namespace
 
-// A buffer for weights in another layout or dtype than the caller's, counted while it lives.
 Buffer counted_buffer(size_t bytes) {
   Buffer raw = alloc_buffer(bytes);
   g_packed_bytes += static_cast<int64_t>(bytes);
@@ -224,6 +224,7 @@ Buffer counted_buffer(size_t bytes) {
   return b;
 }
 
+namespace {
 // Every packed copy in the process, keyed with its source's checksum (prepack's comment).
 PrepackCache& process_packed() {
   static PrepackCache* c = new PrepackCache();  // (never destroyed: kernels may outlive static destruction)

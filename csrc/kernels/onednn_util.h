@@ -128,8 +128,11 @@ const void* prepack(const BuildCtx& ctx, const void* src, DType t, int64_t n, bo
                     const dnnl::memory::desc& from, const dnnl::memory::desc& to, Buffer& packed,
                     const std::function<void(float*)>& adjust = {}, uint64_t adjust_tag = 0);
 
-// Bytes of weights held in another layout or dtype than the caller's (prepack's copies), process-wide.
+// Bytes of weights held in another layout or dtype than the caller's (prepack's copies, and the
+// transformed weights of kernels that make their own: counted_buffer), process-wide.
 int64_t packed_weight_bytes();
+// A buffer for weights in another layout or dtype than the caller's, counted in packed_weight_bytes while it lives.
+Buffer counted_buffer(size_t bytes);
 // Packed copies that are optional (pack_weights "auto": linears of BuildCtx::pack_rows rows and more,
 // whose weights a module also holds) stay within a process-wide budget of bytes. A hold is per weight
 // (src): every kernel reading that weight shares one, and its bytes count until the last kernel
