@@ -280,7 +280,7 @@ class ConvKernel final : public Kernel {
       plan_by_hand(n, ctx);
       name_ = std::string("onednn_conv_") + dtype_name(t_) + (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") +
               " (" + impl + ")" + post_name(k_dnnl_) + (in_nhwc_ ? " nhwc_in" : "") + (out_nhwc_ ? " nhwc_out" : "");
-      if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
+      name_ += folded_name();
       return true;
     };
     // activations run by hand on the f32 result (epilogue.h): a 16-bit convolution then writes f32
@@ -461,18 +461,28 @@ class ConvKernel final : public Kernel {
   }
   void build_pointwise(const Node& n, const BuildCtx& ctx, const void* w_const, const void* b_const) {
     pointwise_ = true;
+    std::vector<float> scaled;
+    const auto [w, b] = own_weights(n, ctx, w_const, b_const, scaled);
+    pw_ = pointwise::pack(w, b, O_, ws_[1]);
+    name_ = std::string("pointwise_conv_float32 (") + (isa::use_avx512() ? "avx512" : "avx2") + ")" +
+            post_name(k_dnnl_) + " nhwc_in nhwc_out" + folded_name();
+  }
+  // What a kernel of our own (pointwise, Winograd) starts from: the leading per-channel mul and add folded, the
+  // other post-ops planned by hand, the f32 weights with the mul folded in (W[o, ...] * scale[o], one rounding
+  // each, as the oneDNN path's prepack; in `scaled` where made) and the bias with the add (folded_bias_).
+  std::pair<const float*, const float*> own_weights(const Node& n, const BuildCtx& ctx, const void* w_const,
+                                                    const void* b_const, std::vector<float>& scaled) {
     plan_folding(true);
     k_dnnl_ = k0_;
     plan_by_hand(n, ctx);
     for (HandReorder& h : hand_ro_) h.buf_off = scratch_.add(h.ro.to_md.get_size());
     const float* w = static_cast<const float*>(w_const);
-    std::vector<float> scaled;
-    if (fold_mul_) {  // W[o, :] * scale[o], one rounding each, as the oneDNN path's prepack
-      const int64_t K = ws_[1];
+    if (fold_mul_) {
+      const int64_t per = w_n_ / O_;
       scaled.assign(w, w + w_n_);
       for (int64_t o = 0; o < O_; ++o) {
         const float a = channel_value(epi_.ops[0], o);
-        for (int64_t k = 0; k < K; ++k) scaled[o * K + k] *= a;
+        for (int64_t i = 0; i < per; ++i) scaled[o * per + i] *= a;
       }
       w = scaled.data();
     }
@@ -481,10 +491,11 @@ class ConvKernel final : public Kernel {
       fold_bias(b_const);
       b = static_cast<const float*>(folded_bias_.data());
     }
-    pw_ = pointwise::pack(w, b, O_, ws_[1]);
-    name_ = std::string("pointwise_conv_float32 (") + (isa::use_avx512() ? "avx512" : "avx2") + ")" +
-            post_name(k_dnnl_) + " nhwc_in nhwc_out";
-    if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
+    return {w, b};
+  }
+  std::string folded_name() const {
+    if (!k0_) return "";
+    return " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
   }
   // Blocks of output rows (pixels) of about kPointwiseBlock floats, each written once and its post-ops run
   // on it while it is in the cache.
@@ -538,34 +549,15 @@ class ConvKernel final : public Kernel {
   void build_winograd(const Node& n, const BuildCtx& ctx, const ConvParams& p, const void* w_const,
                       const void* b_const) {
     winograd_ = true;
-    plan_folding(true);
-    k_dnnl_ = k0_;
-    plan_by_hand(n, ctx);
-    for (HandReorder& h : hand_ro_) h.buf_off = scratch_.add(h.ro.to_md.get_size());
-    const float* w = static_cast<const float*>(w_const);
     std::vector<float> scaled;
-    if (fold_mul_) {  // W[o, ...] * scale[o], one rounding each, as the oneDNN path's prepack
-      const int64_t per = w_n_ / O_;
-      scaled.assign(w, w + w_n_);
-      for (int64_t o = 0; o < O_; ++o) {
-        const float a = channel_value(epi_.ops[0], o);
-        for (int64_t i = 0; i < per; ++i) scaled[o * per + i] *= a;
-      }
-      w = scaled.data();
-    }
-    const float* b = static_cast<const float*>(b_const);
-    if (k0_) {
-      fold_bias(b_const);
-      b = static_cast<const float*>(folded_bias_.data());
-    }
+    const auto [w, b] = own_weights(n, ctx, w_const, b_const, scaled);
     slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads(), 1});
     wg_ = winograd::make(w, b, xs_[0], xs_[2], xs_[3], xs_[1], O_, p.padding[0], p.padding[1], os_[2], os_[3],
                          num_threads());
     wg_slot_ = scratch_.add(static_cast<size_t>(slots_ * wg_.slot_floats()) * 4);
     if (wg_.pad_bytes) wg_pad_ = scratch_.add(slots_ * wg_.pad_bytes);
     name_ = std::string("winograd_conv_float32 F(2x2,3x3), ") + std::to_string(wg_.Tb) + "-tile blocks" +
-            post_name(k_dnnl_) + " nhwc_in nhwc_out";
-    if (k0_) name_ += " (folded into the weights:" + std::string(fold_mul_ ? " mul" : "") + (fold_add_ ? " add" : "") + ")";
+            post_name(k_dnnl_) + " nhwc_in nhwc_out" + folded_name();
   }
   // Blocks of tiles split between the threads, each on its own slot of the scratch and its own GEMM arguments.
   void run_winograd(void* const* in, void* const* out, const RunCtx& ctx) const {

@@ -437,6 +437,16 @@ def test_wide_gemms_read_the_weights_in_place(pack, budget_mb):
             assert C.pack_budget_used() == budget_before, "the graph is gone: its copy no longer counts"
 
 
+def _budget_held():
+    """Bytes held against pack_budget_mb once Dynamo's graphs are gone and background packing is done."""
+    from airgraph._core import C
+
+    torch._dynamo.reset()
+    gc.collect()
+    C.wait_background_idle()
+    return C.pack_budget_used()
+
+
 def test_the_pack_budget_is_per_process_and_per_weight(caplog):
     """pack_budget_mb bounds the packed copies of the whole process, a row count's linears all or none: with
     40 MiB, a model of two 16 MiB linears packs both weights, and the graph Dynamo compiles for a second
@@ -452,10 +462,7 @@ def test_the_pack_budget_is_per_process_and_per_weight(caplog):
     m1, m2 = model(0), model(1)
     size = 1024 * 4096 * 4
     cfg = airgraph.CompilerConfig(cache_dir="", background_packing=False, pack_budget_mb=40)
-    gc.collect()
-    C.wait_background_idle()
-    before = C.pack_budget_used()
-    torch._dynamo.reset()
+    before = _budget_held()
     f1 = torch.compile(m1, backend=airgraph.get_backend(cfg), dynamic=False)
     f2 = torch.compile(m2, backend=airgraph.get_backend(cfg), dynamic=False)
     grown = []
@@ -474,10 +481,7 @@ def test_the_pack_budget_is_per_process_and_per_weight(caplog):
         assert grown == [2 * size] * 3, (grown, kernels)
         assert len(said) == 1 and "2 linear(s) read their weights in place" in said[0] and "their 32 MB" in said[0], said
     del f1, f2, sink
-    torch._dynamo.reset()
-    gc.collect()
-    C.wait_background_idle()
-    assert C.pack_budget_used() == before
+    assert _budget_held() == before
 
 
 class _TwoRowCounts(nn.Module):
@@ -502,10 +506,7 @@ def test_the_pack_budget_takes_the_fewest_rows_first(caplog):
     torch.manual_seed(0)
     m = _TwoRowCounts().eval()
     cfg = airgraph.CompilerConfig(cache_dir="", background_packing=False, pack_budget_mb=20)
-    gc.collect()
-    C.wait_background_idle()
-    before = C.pack_budget_used()
-    torch._dynamo.reset()
+    before = _budget_held()
     f = torch.compile(m, backend=airgraph.get_backend(cfg), dynamic=False)
     x = torch.randn(64, 1024)
     with torch.no_grad(), backend.collect_reports() as sink, caplog.at_level(logging.INFO, logger="airgraph"):
@@ -520,10 +521,7 @@ def test_the_pack_budget_takes_the_fewest_rows_first(caplog):
         assert grown == 4096 * 512 * 4, (grown, kernels)
         assert len(said) == 1 and "1 linear(s) read their weights in place" in said[0] and "their 16 MB" in said[0], said
     del f, sink
-    torch._dynamo.reset()
-    gc.collect()
-    C.wait_background_idle()
-    assert C.pack_budget_used() == before
+    assert _budget_held() == before
 
 
 def test_pack_budget_option_is_checked():
