@@ -1,9 +1,13 @@
 #include "kernels/conv_winograd.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "base/error.h"
+#include "ir/serialize.h"
 #include "kernels/isa.h"
 #include "kernels/simd.h"
 
@@ -13,18 +17,10 @@ using namespace simd;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-Plan make(const float* w, const float* bias, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int64_t pt,
-          int64_t pl, int64_t Ho, int64_t Wo, int threads) {
-  Plan p;
-  p.N = N, p.H = H, p.W = W, p.C = C, p.K = K, p.pt = pt, p.pl = pl, p.Ho = Ho, p.Wo = Wo;
-  p.th = (Ho + 1) / 2, p.tw = (Wo + 1) / 2, p.T = N * p.th * p.tw;
-  // a block's V and M within about a core's L2 (1 MiB on a Zen 4), 16-96 tiles, and no more than a
-  // thread's share of them
-  const int64_t fit = std::clamp<int64_t>(16384 / (C + K) / 8 * 8, 16, 96);
-  const int64_t share = (p.T + std::max(threads, 1) - 1) / std::max(threads, 1);
-  // (whole rows of tiles where they fit: a block's output pixels are then whole rows, its post-ops one run)
-  p.Tb = std::max<int64_t>(1, std::min(fit >= p.tw ? fit / p.tw * p.tw : fit, share));
-  // U[xi][c][k] = (G g G^T)[xi] for g = w[k][c], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
+namespace {
+
+// U[xi][c][k] = (G g G^T)[xi] for g = w[k][c], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] (in double)
+std::vector<float> transform_weights(const float* w, int64_t C, int64_t K) {
   std::vector<float> u(static_cast<size_t>(16 * C * K));
   for (int64_t k = 0; k < K; ++k)
     for (int64_t c = 0; c < C; ++c) {
@@ -44,6 +40,51 @@ Plan make(const float* w, const float* bias, int64_t N, int64_t H, int64_t W, in
       }
       for (int xi = 0; xi < 16; ++xi) u[(xi * C + c) * K + k] = static_cast<float>(r[xi / 4][xi % 4]);
     }
+  return u;
+}
+
+// Transformed, packed weights shared by every kernel made from the same weights (by their checksum, after a
+// folded scale) into the same layout, while one of them lives: the programs of a graph's sizes, a static graph
+// and its symbolic twin (as prepack's copies are).
+struct Kept {
+  uint64_t sum;
+  int64_t C, K;
+  dnnl::memory::desc md;
+  std::weak_ptr<void> u;
+  size_t bytes;
+};
+std::mutex g_kept_mu;
+std::vector<Kept>& kept() {
+  static auto* v = new std::vector<Kept>();  // (never destroyed: kernels may outlive static destruction)
+  return *v;
+}
+dnnl_util::Buffer shared_weights(uint64_t sum, int64_t C, int64_t K, const dnnl::memory::desc& md) {
+  std::lock_guard<std::mutex> lock(g_kept_mu);
+  for (const Kept& e : kept())
+    if (e.sum == sum && e.C == C && e.K == K && e.md == md)
+      if (auto u = e.u.lock()) return dnnl_util::Buffer{u, e.bytes};
+  return {};
+}
+void keep_weights(uint64_t sum, int64_t C, int64_t K, const dnnl::memory::desc& md, const dnnl_util::Buffer& u) {
+  std::lock_guard<std::mutex> lock(g_kept_mu);
+  auto& v = kept();
+  v.erase(std::remove_if(v.begin(), v.end(), [](const Kept& e) { return e.u.expired(); }), v.end());
+  v.push_back({sum, C, K, md, u.p, u.bytes});
+}
+
+}  // namespace
+
+Plan make(const float* w, const float* bias, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int64_t pt,
+          int64_t pl, int64_t Ho, int64_t Wo, int threads) {
+  Plan p;
+  p.N = N, p.H = H, p.W = W, p.C = C, p.K = K, p.pt = pt, p.pl = pl, p.Ho = Ho, p.Wo = Wo;
+  p.th = (Ho + 1) / 2, p.tw = (Wo + 1) / 2, p.T = N * p.th * p.tw;
+  // a block's V and M within about a core's L2 (1 MiB on a Zen 4), 16-96 tiles, and no more than a
+  // thread's share of them
+  const int64_t fit = std::clamp<int64_t>(16384 / (C + K) / 8 * 8, 16, 96);
+  const int64_t share = (p.T + std::max(threads, 1) - 1) / std::max(threads, 1);
+  // (whole rows of tiles where they fit: a block's output pixels are then whole rows, its post-ops one run)
+  p.Tb = std::max<int64_t>(1, std::min(fit >= p.tw ? fit / p.tw * p.tw : fit, share));
   dnnl::memory::desc src({16, p.Tb, C}, dt::f32, tag::abc), dst({16, p.Tb, K}, dt::f32, tag::abc),
       wany({16, C, K}, dt::f32, tag::any), wplain({16, C, K}, dt::f32, tag::abc);
   dnnl::matmul::primitive_desc pd;
@@ -56,11 +97,17 @@ Plan make(const float* w, const float* bias, int64_t N, int64_t H, int64_t W, in
   p.gemm.bind(DNNL_ARG_DST, pd.dst_desc());
   p.gemm.bind(DNNL_ARG_WEIGHTS, pd.weights_desc());
   p.pad_bytes = (p.gemm.scratch_bytes + 63) / 64 * 64;
-  p.u = dnnl_util::counted_buffer(pd.weights_desc().get_size());  // (packed_weight_bytes counts it)
-  dnnl_util::Reorder ro;
-  ro.init(wplain, pd.weights_desc());
-  if (ro.needed) ro.run_once(u.data(), p.u.data());
-  else std::memcpy(p.u.data(), u.data(), u.size() * 4);
+  const uint64_t sum = checksum64(w, static_cast<size_t>(K * C * 9) * 4);
+  p.u = shared_weights(sum, C, K, pd.weights_desc());
+  if (!p.u.data()) {
+    p.u = dnnl_util::counted_buffer(pd.weights_desc().get_size());  // (packed_weight_bytes counts it)
+    const std::vector<float> u = transform_weights(w, C, K);
+    dnnl_util::Reorder ro;
+    ro.init(wplain, pd.weights_desc());
+    if (ro.needed) ro.run_once(const_cast<float*>(u.data()), p.u.data());
+    else std::memcpy(p.u.data(), u.data(), u.size() * 4);
+    keep_weights(sum, C, K, pd.weights_desc(), p.u);
+  }
   p.gemm.set(DNNL_ARG_WEIGHTS, p.u.data());
   p.bias = dnnl_util::alloc_buffer(static_cast<size_t>(K) * 4);
   if (bias) std::memcpy(p.bias.data(), bias, static_cast<size_t>(K) * 4);

@@ -79,5 +79,24 @@ TEST(ConvWinograd, MatchesDirectEveryIsaShapeAndPadding) {
     }
 }
 
+// Plans made from the same weights share one transformed copy (the programs of a graph's sizes); weights that
+// differ, or that changed in place, get their own; a copy lives while a plan holds it.
+TEST(ConvWinograd, PlansShareTransformedWeightsByContent) {
+  std::vector<float> w = test::randn(32 * 48 * 9, 4);
+  const int64_t before = dnnl_util::packed_weight_bytes();
+  auto plan = [&](int64_t n) { return winograd::make(w.data(), nullptr, n, 12, 12, 48, 32, 1, 1, 12, 12, 2); };
+  {
+    winograd::Plan a = plan(1), b = plan(4);
+    ASSERT_EQ(a.u.data(), b.u.data()) << "the same weights transformed twice";
+    const int64_t one = dnnl_util::packed_weight_bytes() - before;
+    ASSERT_GE(one, 16 * 48 * 32 * 4);
+    w[5] += 1.0f;  // changed in place: the same address, other values
+    winograd::Plan c = plan(1);
+    ASSERT_NE(c.u.data(), a.u.data()) << "a changed weight served its old transform";
+    ASSERT_EQ(dnnl_util::packed_weight_bytes() - before, 2 * one);
+  }
+  ASSERT_EQ(dnnl_util::packed_weight_bytes(), before) << "transformed weights outlived their plans";
+}
+
 }  // namespace
 }  // namespace ag
