@@ -552,8 +552,11 @@ class ConvKernel final : public Kernel {
     std::vector<float> scaled;
     const auto [w, b] = own_weights(n, ctx, w_const, b_const, scaled);
     slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads(), 1});
-    wg_ = winograd::make(w, b, xs_[0], xs_[2], xs_[3], xs_[1], O_, p.padding[0], p.padding[1], os_[2], os_[3],
-                         num_threads());
+    std::vector<float> scale;  // (the direct sums of a block with an inf or NaN: the module's weights times it)
+    if (fold_mul_)
+      for (int64_t o = 0; o < O_; ++o) scale.push_back(channel_value(epi_.ops[0], o));
+    wg_ = winograd::make(w, b, static_cast<const float*>(w_const), fold_mul_ ? scale.data() : nullptr, xs_[0],
+                         xs_[2], xs_[3], xs_[1], O_, p.padding[0], p.padding[1], os_[2], os_[3], num_threads());
     wg_slot_ = scratch_.add(static_cast<size_t>(slots_ * wg_.slot_floats()) * 4);
     if (wg_.pad_bytes) wg_pad_ = scratch_.add(slots_ * wg_.pad_bytes);
     name_ = std::string("winograd_conv_float32 F(2x2,3x3), ") + std::to_string(wg_.Tb) + "-tile blocks" +

@@ -74,9 +74,14 @@ void keep_weights(uint64_t sum, int64_t C, int64_t K, const dnnl::memory::desc& 
 
 }  // namespace
 
-Plan make(const float* w, const float* bias, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int64_t pt,
-          int64_t pl, int64_t Ho, int64_t Wo, int threads) {
+Plan make(const float* w, const float* bias, const float* w_direct, const float* scale, int64_t N, int64_t H,
+          int64_t W, int64_t C, int64_t K, int64_t pt, int64_t pl, int64_t Ho, int64_t Wo, int threads) {
   Plan p;
+  p.wd = w_direct;
+  if (scale) {
+    p.scale = dnnl_util::alloc_buffer(static_cast<size_t>(K) * 4);
+    std::memcpy(p.scale.data(), scale, static_cast<size_t>(K) * 4);
+  }
   p.N = N, p.H = H, p.W = W, p.C = C, p.K = K, p.pt = pt, p.pl = pl, p.Ho = Ho, p.Wo = Wo;
   p.th = (Ho + 1) / 2, p.tw = (Wo + 1) / 2, p.T = N * p.th * p.tw;
   // a block's V and M within about a core's L2 (1 MiB on a Zen 4), 16-96 tiles, and no more than a
@@ -155,7 +160,7 @@ template <int L>
 // (nullptr where the pixel is past the edge)
 template <int L>
 [[gnu::always_inline]] inline void output_tile(const float* m, int64_t sm, const float* bias, float* const* out,
-                                               int64_t K) {
+                                               int64_t K, typename V<L>::F& check) {
   using F = typename V<L>::F;
   auto one = [&](int64_t k, int64_t n) {
     F x[16], r[8], b;
@@ -174,6 +179,7 @@ template <int L>
       for (int e = 0; e < 2; ++e) {
         float* o = out[a * 2 + e];
         if (!o) continue;
+        check += y[e] * 0.0f;  // (NaN from an inf or NaN result, else 0)
         if (n == L) store<L>(o + k, y[e]);
         else store_n(o + k, y[e], n);
       }
@@ -201,9 +207,11 @@ template <int L>
     input_tile<L>(d, V + (t - t0) * p.C, p.Tb * p.C, p.C);
   }
 }
+// (true where a result was inf or NaN)
 template <int L>
-[[gnu::always_inline]] inline void transform_out(const Plan& p, const float* M, int64_t t0, int64_t t1, float* y) {
+[[gnu::always_inline]] inline bool transform_out(const Plan& p, const float* M, int64_t t0, int64_t t1, float* y) {
   const float* bias = static_cast<const float*>(p.bias.data());
+  typename V<L>::F check{};
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n = t / (p.th * p.tw), i = t / p.tw % p.th, j = t % p.tw;
     float* out[4];
@@ -212,8 +220,13 @@ template <int L>
         const int64_t yy = 2 * i + a, xx = 2 * j + e;
         out[a * 2 + e] = yy < p.Ho && xx < p.Wo ? y + ((n * p.Ho + yy) * p.Wo + xx) * p.K : nullptr;
       }
-    output_tile<L>(M + (t - t0) * p.K, p.Tb * p.K, bias, out, p.K);
+    output_tile<L>(M + (t - t0) * p.K, p.Tb * p.K, bias, out, p.K, check);
   }
+  float lanes[L];
+  store<L>(lanes, check);
+  for (int i = 0; i < L; ++i)
+    if (lanes[i] != 0.0f) return true;
+  return false;
 }
 AG_WRAPPER_AVX512 void transform_in_avx512(const Plan& p, const float* x, int64_t t0, int64_t t1, float* V) {
   transform_in<16>(p, x, t0, t1, V);
@@ -221,11 +234,42 @@ AG_WRAPPER_AVX512 void transform_in_avx512(const Plan& p, const float* x, int64_
 AG_WRAPPER_AVX2 void transform_in_avx2(const Plan& p, const float* x, int64_t t0, int64_t t1, float* V) {
   transform_in<8>(p, x, t0, t1, V);
 }
-AG_WRAPPER_AVX512 void transform_out_avx512(const Plan& p, const float* M, int64_t t0, int64_t t1, float* y) {
-  transform_out<16>(p, M, t0, t1, y);
+AG_WRAPPER_AVX512 bool transform_out_avx512(const Plan& p, const float* M, int64_t t0, int64_t t1, float* y) {
+  return transform_out<16>(p, M, t0, t1, y);
 }
-AG_WRAPPER_AVX2 void transform_out_avx2(const Plan& p, const float* M, int64_t t0, int64_t t1, float* y) {
-  transform_out<8>(p, M, t0, t1, y);
+AG_WRAPPER_AVX2 bool transform_out_avx2(const Plan& p, const float* M, int64_t t0, int64_t t1, float* y) {
+  return transform_out<8>(p, M, t0, t1, y);
+}
+
+// The direct convolution's sums for the output pixels of tiles [t0, t1): bias + sum of x w (times the folded
+// scale), for a block whose Winograd result holds an inf or NaN. The transforms subtract inputs from one another,
+// so one inf input makes inf - inf = NaN where the direct sum gives +-inf; this gives eager's infs and NaNs.
+void direct(const Plan& p, const float* x, float* y, int64_t t0, int64_t t1) {
+  const float* bias = static_cast<const float*>(p.bias.data());
+  const float* scale = static_cast<const float*>(p.scale.data());
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t n = t / (p.th * p.tw), i = t / p.tw % p.th, j = t % p.tw;
+    for (int64_t oy = 2 * i; oy < std::min(2 * i + 2, p.Ho); ++oy)
+      for (int64_t ox = 2 * j; ox < std::min(2 * j + 2, p.Wo); ++ox) {
+        float* o = y + ((n * p.Ho + oy) * p.Wo + ox) * p.K;
+        for (int64_t k = 0; k < p.K; ++k) {
+          const float s = scale ? scale[k] : 1.0f;
+          float acc = bias[k];
+          for (int64_t r = 0; r < 3; ++r) {
+            const int64_t iy = oy + r - p.pt;
+            if (iy < 0 || iy >= p.H) continue;
+            for (int64_t q = 0; q < 3; ++q) {
+              const int64_t ix = ox + q - p.pl;
+              if (ix < 0 || ix >= p.W) continue;
+              const float* xp = x + ((n * p.H + iy) * p.W + ix) * p.C;
+              const float* wp = p.wd + k * p.C * 9 + r * 3 + q;
+              for (int64_t c = 0; c < p.C; ++c) acc += xp[c] * (wp[c * 9] * s);
+            }
+          }
+          o[k] = acc;
+        }
+      }
+  }
 }
 
 }  // namespace
@@ -243,8 +287,7 @@ void block(const Plan& p, const float* x, float* y, int64_t t0, int64_t t1, floa
   args.set(DNNL_ARG_SRC, V);
   args.set(DNNL_ARG_DST, M);
   p.gemm.run(args, pad);
-  if (avx512) transform_out_avx512(p, M, t0, t1, y);
-  else transform_out_avx2(p, M, t0, t1, y);
+  if (avx512 ? transform_out_avx512(p, M, t0, t1, y) : transform_out_avx2(p, M, t0, t1, y)) direct(p, x, y, t0, t1);
 }
 
 }  // namespace ag::winograd

@@ -25,15 +25,20 @@ struct Plan {
   int64_t th = 0, tw = 0, T = 0, Tb = 0;      // tiles down and across, in all, in a block
   dnnl_util::Exec gemm;                       // [16, Tb, C] x [16, C, K] -> [16, Tb, K]
   dnnl_util::Buffer u, bias, zeros;           // transformed weights (packed), bias [K], C zeros
+  // The direct convolution's weights [K][C][3][3] as the caller holds them (they outlive the plan) and the
+  // per-channel scale folded into w (empty: none), for blocks whose result holds an inf or NaN (block)
+  const float* wd = nullptr;
+  dnnl_util::Buffer scale;
   size_t pad_bytes = 0;                       // the GEMM's scratchpad (per thread)
   int64_t blocks() const { return (T + Tb - 1) / Tb; }
   int64_t slot_floats() const { return 16 * Tb * (C + K); }  // V and M of one block
 };
 
 // From f32 weights [K][C][3][3] (already scaled by a folded per-channel mul) and an optional f32 bias [K];
+// w_direct: the weights before that scale, `scale` (nullptr: none), kept for the direct sums (block);
 // `threads`: how many threads share the tiles (the block size gives each a few blocks).
-Plan make(const float* w, const float* bias, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int64_t pt,
-          int64_t pl, int64_t Ho, int64_t Wo, int threads);
+Plan make(const float* w, const float* bias, const float* w_direct, const float* scale, int64_t N, int64_t H,
+          int64_t W, int64_t C, int64_t K, int64_t pt, int64_t pl, int64_t Ho, int64_t Wo, int threads);
 
 // The tiles of blocks [b0, b1) on the calling thread: y (NHWC [N, Ho, Wo, K]) written, then
 // rows(p0, p1) called for each run of output pixels [p0, p1) (flat indices into [N * Ho * Wo]) it wrote,
@@ -43,7 +48,8 @@ template <typename Rows>
 void run_blocks(const Plan& p, const float* x, float* y, int64_t b0, int64_t b1, float* slot, dnnl_util::Args& args,
                 void* pad, Rows&& rows);
 
-// (the part of run_blocks that is not the post-op callback)
+// (the part of run_blocks that is not the post-op callback; a block whose result holds an inf or NaN is
+// computed again by the direct sums, which keep eager's infs where the transforms' differences make NaN)
 void block(const Plan& p, const float* x, float* y, int64_t t0, int64_t t1, float* slot, dnnl_util::Args& args,
            void* pad);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/conv_winograd.h"
@@ -25,8 +26,8 @@ void check(const Case& c, bool avx512) {
   const std::vector<float> x = test::randn(c.N * c.H * c.W * c.C, 1), w = test::randn(c.K * c.C * 9, 2),
                            b = test::randn(c.K, 3);
   isa::force(avx512 ? isa::kAvx512 : isa::kAvx2);
-  winograd::Plan p = winograd::make(w.data(), c.bias ? b.data() : nullptr, c.N, c.H, c.W, c.C, c.K, c.pt, c.pl, Ho,
-                                    Wo, c.threads);
+  winograd::Plan p = winograd::make(w.data(), c.bias ? b.data() : nullptr, w.data(), nullptr, c.N, c.H, c.W, c.C,
+                                    c.K, c.pt, c.pl, Ho, Wo, c.threads);
   const float canary = 12345.0f;
   std::vector<float> y(c.N * Ho * Wo * c.K + 1, canary), slot(p.slot_floats());
   std::vector<char> pad(p.pad_bytes + 1);
@@ -79,12 +80,58 @@ TEST(ConvWinograd, MatchesDirectEveryIsaShapeAndPadding) {
     }
 }
 
+// An inf or NaN input: the transforms' differences would make inf - inf = NaN where the direct sum gives +-inf;
+// the blocks that hold one are summed directly, so every output is inf, -inf or NaN exactly where the direct
+// convolution's is (and equal to it elsewhere), under both instruction sets and with a folded scale.
+TEST(ConvWinograd, InfAndNaNInputsGiveTheDirectConvolutionsResult) {
+  const int64_t N = 1, H = 10, W = 9, C = 20, K = 24;
+  std::vector<float> x = test::randn(N * H * W * C, 5), w = test::randn(K * C * 9, 6), b = test::randn(K, 7),
+                     scale = test::randn(K, 8), scaled = w;
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t i = 0; i < C * 9; ++i) scaled[k * C * 9 + i] *= scale[k];
+  x[(3 * W + 4) * C + 5] = std::numeric_limits<float>::infinity();
+  x[(7 * W + 1) * C + 2] = -std::numeric_limits<float>::infinity();
+  x[(8 * W + 8) * C + 0] = std::nanf("");
+  std::vector<bool> isas{false};
+  if (isa::cpu_has_avx512()) isas.push_back(true);
+  for (bool avx512 : isas) {
+    isa::force(avx512 ? isa::kAvx512 : isa::kAvx2);
+    winograd::Plan p = winograd::make(scaled.data(), b.data(), w.data(), scale.data(), N, H, W, C, K, 1, 1, H, W, 2);
+    std::vector<float> y(N * H * W * K), slot(p.slot_floats());
+    std::vector<char> pad(p.pad_bytes + 1);
+    dnnl_util::Args args = p.gemm.make_args();
+    winograd::run_blocks(p, x.data(), y.data(), 0, p.blocks(), slot.data(), args, pad.data(), [](int64_t, int64_t) {});
+    isa::force(isa::kAuto);
+    int64_t infs = 0;
+    for (int64_t i = 0; i < H; ++i)
+      for (int64_t j = 0; j < W; ++j)
+        for (int64_t k = 0; k < K; ++k) {
+          double want = b[k];
+          for (int64_t r = 0; r < 3; ++r)
+            for (int64_t s = 0; s < 3; ++s) {
+              const int64_t yy = i + r - 1, xx = j + s - 1;
+              if (yy < 0 || yy >= H || xx < 0 || xx >= W) continue;
+              for (int64_t c = 0; c < C; ++c)
+                want += double(x[(yy * W + xx) * C + c]) * double(scaled[((k * C + c) * 3 + r) * 3 + s]);
+            }
+          const float got = y[(i * W + j) * K + k];
+          infs += std::isinf(want);
+          ASSERT_EQ(std::isnan(got), std::isnan(want)) << i << "," << j << "," << k << (avx512 ? " avx512" : " avx2");
+          if (std::isinf(want)) ASSERT_EQ(got, want) << i << "," << j << "," << k;
+          else if (!std::isnan(want)) ASSERT_NEAR(got, want, 1e-3 * (1 + std::fabs(want)));
+        }
+    ASSERT_GT(infs, 0) << "no output was infinite: the test plants nothing";
+  }
+}
+
 // Plans made from the same weights share one transformed copy (the programs of a graph's sizes); weights that
 // differ, or that changed in place, get their own; a copy lives while a plan holds it.
 TEST(ConvWinograd, PlansShareTransformedWeightsByContent) {
   std::vector<float> w = test::randn(32 * 48 * 9, 4);
   const int64_t before = dnnl_util::packed_weight_bytes();
-  auto plan = [&](int64_t n) { return winograd::make(w.data(), nullptr, n, 12, 12, 48, 32, 1, 1, 12, 12, 2); };
+  auto plan = [&](int64_t n) {
+    return winograd::make(w.data(), nullptr, w.data(), nullptr, n, 12, 12, 48, 32, 1, 1, 12, 12, 2);
+  };
   {
     winograd::Plan a = plan(1), b = plan(4);
     ASSERT_EQ(a.u.data(), b.u.data()) << "the same weights transformed twice";

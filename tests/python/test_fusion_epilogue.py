@@ -441,6 +441,19 @@ class Bottleneck3x3(nn.Module):
         return torch.relu(y + x) if self.res else y
 
 
+class Special3x3(nn.Module):
+    """The bottleneck's 1x1 + BatchNorm + ReLU, plus `h` (an inf planted in one channel), into its 3x3 + BatchNorm,
+    then a max pool of 1 (a channels-last reader: the 3x3 writes channels-last bytes)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x, h):
+        m = self.m
+        return F.max_pool2d(m.b2(m.c2(torch.relu(m.b1(m.c1(x))) + h)), 1)
+
+
 # (channels, 3x3 channels, size, batch, padding, add, Winograd): 64-96 channels and 15-32 pixels take F(2x2, 3x3)
 # (at least 12 tiles a thread); 512 channels at 7 x 7 have too few tiles for their weights and stay on oneDNN's
 @pytest.mark.parametrize("c,mid,hw,batch,pad,add,wino", [(64, 64, 32, 1, 1, False, True), (96, 48, 20, 2, 1, True, True),
@@ -450,7 +463,8 @@ def test_3x3_conv_by_winograd_matches_eager_and_the_direct_conv(c, mid, hw, batc
                                                                  monkeypatch):
     """A 3x3 convolution (stride 1) between channels-last values with enough output tiles runs Winograd's F(2x2, 3x3)
     (conv_winograd.h), its folded BatchNorm, residual add and ReLU applied to each block it writes: eager's result,
-    NaN where eager has NaN, and the direct convolution's (AIRGRAPH_WINOGRAD=0, oneDNN's) within the same tolerance.
+    NaN where eager has NaN, eager's infs for an inf input, and the direct convolution's (AIRGRAPH_WINOGRAD=0,
+    oneDNN's) within the same tolerance.
     The kernel is named; odd sizes (tiles past the edge) and paddings 0-2 included (the transforms against a
     double-precision direct convolution under both instruction sets: tests/cpp/test_conv_winograd.cpp)."""
     torch.manual_seed(0)
@@ -468,6 +482,15 @@ def test_3x3_conv_by_winograd_matches_eager_and_the_direct_conv(c, mid, hw, batc
         assert torch.isnan(want).any() and torch.equal(torch.isnan(got), torch.isnan(want))
         kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
         assert sum(k.startswith("winograd_conv_float32") for k in kernels) == int(wino), kernels
+        # an inf in the 3x3's input: eager's infs and NaNs, not the transforms' inf - inf (conv_winograd.h's block)
+        h = torch.zeros(batch, mid, hw, hw)
+        h[0, mid // 3, hw // 2, hw // 3] = float("inf")
+        with torch.no_grad():
+            special = Special3x3(m).eval()
+            want_inf = special(x.nan_to_num(0.0), h)
+            got_inf = compile_native(special, num_threads=2)(x.nan_to_num(0.0), h)
+        assert torch.isinf(want_inf).any(), "the planted inf reached no output"
+        assert_close(got_inf, want_inf, msg="an inf input vs eager")
         if wino:
             assert any(k.startswith("winograd_conv_float32") and ("add relu" if add else "relu") in k for k in kernels), kernels
             engine_graphs.clear()
