@@ -8,9 +8,10 @@
 //                                     weights transformed and packed once)
 //   y = A^T M A + bias        (each tile's 2x2 output pixels, per channel)
 // The transforms' coefficients are 0, +-1 and +-1/2: sums of a few products, a rounding error of the
-// direct convolution's size (tests/python/test_ops_conv.py compares with eager and with the direct path).
-// oneDNN 3.2 has no Winograd convolution on x86; ResNet-style 3x3 layers are compute-bound there, and
-// this is the one way to run them in fewer operations.
+// direct convolution's size (tests/cpp/test_conv_winograd.cpp against a double-precision direct convolution;
+// tests/python/test_fusion_epilogue.py against eager and the direct path). The transformed weights are shared
+// by the plans made from the same weights (make). oneDNN 3.2 has no Winograd convolution on x86;
+// ResNet-style 3x3 layers are compute-bound there, and this is the one way to run them in fewer operations.
 #pragma once
 #include <algorithm>
 #include <cstdint>
