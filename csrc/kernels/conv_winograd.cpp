@@ -124,6 +124,18 @@ Plan make(const float* w, const float* bias, const float* w_direct, const float*
 
 namespace {
 
+// n of L lanes (n <= L): a whole vector, or the masked tail (zeros past n)
+template <int L>
+[[gnu::always_inline]] inline void load_upto(typename V<L>::F& v, const float* p, int64_t n) {
+  if (n == L) load<L>(v, p);
+  else load_n(v, p, n);
+}
+template <int L>
+[[gnu::always_inline]] inline void store_upto(float* p, const typename V<L>::F& v, int64_t n) {
+  if (n == L) store<L>(p, v);
+  else store_n(p, v, n);
+}
+
 // V[xi] = (B^T d B)[xi] for the 4x4 pixels d (C channels each), B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1];
 // v[xi * sv + c]
 template <int L>
@@ -131,10 +143,7 @@ template <int L>
   using F = typename V<L>::F;
   auto one = [&](int64_t c, int64_t n) {
     F x[16], s[16];
-    for (int i = 0; i < 16; ++i) {
-      if (n == L) load<L>(x[i], d[i] + c);
-      else load_n(x[i], d[i] + c, n);
-    }
+    for (int i = 0; i < 16; ++i) load_upto<L>(x[i], d[i] + c, n);
     for (int j = 0; j < 4; ++j) {  // columns: B^T d
       s[0 * 4 + j] = x[0 * 4 + j] - x[2 * 4 + j];
       s[1 * 4 + j] = x[1 * 4 + j] + x[2 * 4 + j];
@@ -144,11 +153,7 @@ template <int L>
     for (int i = 0; i < 4; ++i) {  // rows: (B^T d) B
       const F r[4] = {s[i * 4 + 0] - s[i * 4 + 2], s[i * 4 + 1] + s[i * 4 + 2], s[i * 4 + 2] - s[i * 4 + 1],
                       s[i * 4 + 1] - s[i * 4 + 3]};
-      for (int j = 0; j < 4; ++j) {
-        float* o = v + (i * 4 + j) * sv + c;
-        if (n == L) store<L>(o, r[j]);
-        else store_n(o, r[j], n);
-      }
+      for (int j = 0; j < 4; ++j) store_upto<L>(v + (i * 4 + j) * sv + c, r[j], n);
     }
   };
   int64_t c = 0;
@@ -164,24 +169,19 @@ template <int L>
   using F = typename V<L>::F;
   auto one = [&](int64_t k, int64_t n) {
     F x[16], r[8], b;
-    for (int i = 0; i < 16; ++i) {
-      if (n == L) load<L>(x[i], m + i * sm + k);
-      else load_n(x[i], m + i * sm + k, n);
-    }
+    for (int i = 0; i < 16; ++i) load_upto<L>(x[i], m + i * sm + k, n);
     for (int j = 0; j < 4; ++j) {  // A^T m
       r[0 * 4 + j] = x[0 * 4 + j] + x[1 * 4 + j] + x[2 * 4 + j];
       r[1 * 4 + j] = x[1 * 4 + j] - x[2 * 4 + j] - x[3 * 4 + j];
     }
-    if (n == L) load<L>(b, bias + k);
-    else load_n(b, bias + k, n);
+    load_upto<L>(b, bias + k, n);
     for (int a = 0; a < 2; ++a) {  // (A^T m) A
       const F y[2] = {r[a * 4 + 0] + r[a * 4 + 1] + r[a * 4 + 2] + b, r[a * 4 + 1] - r[a * 4 + 2] - r[a * 4 + 3] + b};
       for (int e = 0; e < 2; ++e) {
         float* o = out[a * 2 + e];
         if (!o) continue;
         check += y[e] * 0.0f;  // (NaN from an inf or NaN result, else 0)
-        if (n == L) store<L>(o + k, y[e]);
-        else store_n(o + k, y[e], n);
+        store_upto<L>(o + k, y[e], n);
       }
     }
   };
@@ -195,7 +195,7 @@ template <int L>
 [[gnu::always_inline]] inline void transform_in(const Plan& p, const float* x, int64_t t0, int64_t t1, float* V) {
   const float* zeros = static_cast<const float*>(p.zeros.data());
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n = t / (p.th * p.tw), i = t / p.tw % p.th, j = t % p.tw;
+    const auto [n, i, j] = p.tile(t);
     const float* d[16];
     for (int r = 0; r < 4; ++r) {
       const int64_t yy = 2 * i - p.pt + r;
@@ -213,7 +213,7 @@ template <int L>
   const float* bias = static_cast<const float*>(p.bias.data());
   typename V<L>::F check{};
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n = t / (p.th * p.tw), i = t / p.tw % p.th, j = t % p.tw;
+    const auto [n, i, j] = p.tile(t);
     float* out[4];
     for (int a = 0; a < 2; ++a)
       for (int e = 0; e < 2; ++e) {
@@ -248,7 +248,7 @@ void direct(const Plan& p, const float* x, float* y, int64_t t0, int64_t t1) {
   const float* bias = static_cast<const float*>(p.bias.data());
   const float* scale = static_cast<const float*>(p.scale.data());
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n = t / (p.th * p.tw), i = t / p.tw % p.th, j = t % p.tw;
+    const auto [n, i, j] = p.tile(t);
     for (int64_t oy = 2 * i; oy < std::min(2 * i + 2, p.Ho); ++oy)
       for (int64_t ox = 2 * j; ox < std::min(2 * j + 2, p.Wo); ++ox) {
         float* o = y + ((n * p.Ho + oy) * p.Wo + ox) * p.K;

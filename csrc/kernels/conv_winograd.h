@@ -31,6 +31,10 @@ struct Plan {
   const float* wd = nullptr;
   dnnl_util::Buffer scale;
   size_t pad_bytes = 0;                       // the GEMM's scratchpad (per thread)
+  struct Tile {
+    int64_t n, i, j;  // image, row of tiles, column of tiles
+  };
+  Tile tile(int64_t t) const { return {t / (th * tw), t / tw % th, t % tw}; }
   int64_t blocks() const { return (T + Tb - 1) / Tb; }
   int64_t slot_floats() const { return 16 * Tb * (C + K); }  // V and M of one block
 };
@@ -71,7 +75,7 @@ void run_blocks(const Plan& p, const float* x, float* y, int64_t b0, int64_t b1,
       q1 = p1;
     };
     for (int64_t t = t0; t < t1;) {
-      const int64_t n = t / (p.th * p.tw), i = t / p.tw % p.th, j0 = t % p.tw;
+      const auto [n, i, j0] = p.tile(t);
       const int64_t j1 = std::min(p.tw, j0 + (t1 - t));  // this tile row's tiles in the block
       for (int64_t a = 0; a < 2 && 2 * i + a < p.Ho; ++a) {
         const int64_t row = (n * p.Ho + 2 * i + a) * p.Wo;
