@@ -5,12 +5,16 @@ must run natively), runs it, and compares every output with eager PyTorch (a NaN
 must stand where eager has one: equal_nan=True, the default; pass equal_nan=False
 for outputs that must hold no NaN at all). It is the one entry for op tests.
 """
+import atexit
 import os
+import shutil
 import tempfile
 
 # The compile cache stays on in the tests, as for users, but in a folder of this test process's own,
-# never the user's ~/.cache (set before airgraph reads it)
-os.environ.setdefault("AIRGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="airgraph-test-cache-"))
+# never the user's ~/.cache (set before airgraph reads it), removed when the process ends
+if "AIRGRAPH_CACHE_DIR" not in os.environ:
+    os.environ["AIRGRAPH_CACHE_DIR"] = tempfile.mkdtemp(prefix="airgraph-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["AIRGRAPH_CACHE_DIR"], True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

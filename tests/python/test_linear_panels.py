@@ -42,9 +42,10 @@ for name in ("minilm", "gpt2"):
             torch.testing.assert_close(o, want, rtol=1e-4, atol=1e-4)
         ks = kernels(sink)
         seen.append(sum("panels_f32" in k for k in ks))
-        path = os.path.join(tempfile.mkdtemp(), "m.agraph")
-        airgraph.export(model, args, path)
-        got = airgraph.load(path)(*args)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.agraph")
+            airgraph.export(model, args, path)
+            got = airgraph.load(path)(*args)
         got = got[0] if isinstance(got, (tuple, list)) else got
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 print("PANELS", seen)
