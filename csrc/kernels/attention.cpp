@@ -161,6 +161,13 @@ void restride(const S* src, Str ss, D* dst, Str ds, int64_t B, int64_t H, int64_
   });
 }
 
+// v held in a register from here: a vector the inner loops multiply by several broadcasts is
+// loaded once (GCC would fold the load into each FMA, one load per FMA, and the loads then bound
+// the loop)
+template <typename F>
+[[gnu::always_inline]] inline void in_register(F& v) {
+  asm("" : "+v"(v));
+}
 // a * b + c in one rounding, 8 or 16 lanes
 [[gnu::always_inline]] inline simd::F8 fmadd(const simd::F8& a, const simd::F8& b, const simd::F8& c) {
   return _mm256_fmadd_ps(a, b, c);
@@ -879,6 +886,7 @@ class SdpaKernel final : public Kernel {
     F a[R][NV] = {}, k[NV], x;
     for (int64_t e = 0; e < E_; ++e) {
       for (int v = 0; v < NV; ++v) simd::load<L>(k[v], kt + e * Sp + v * L);
+      for (int v = 0; v < NV; ++v) in_register(k[v]);
       for (int r = 0; r < R; ++r) {
         simd::splat<L>(x, q[r][e]);
         for (int v = 0; v < NV; ++v) a[r][v] = fmadd(x, k[v], a[r][v]);
@@ -895,17 +903,25 @@ class SdpaKernel final : public Kernel {
     using F = typename simd::V<L>::F;
     F a[R][NV] = {}, v[NV], x;
     const int64_t tail = n - (NV - 1) * L;
-    for (int64_t j = 0; j < lim; ++j) {
-      const float* vr = Vh + j * vl;
-      for (int u = 0; u < NV - 1; ++u) simd::load<L>(v[u], vr + u * L);
-      if (tail == L) simd::load<L>(v[NV - 1], vr + (NV - 1) * L);
-      else simd::load_n(v[NV - 1], vr + (NV - 1) * L, tail);
-      for (int r = 0; r < R; ++r) {
-        simd::splat<L>(x, p[r * Sp + j]);
-        for (int u = 0; u < NV; ++u) a[r][u] = fmadd(x, v[u], a[r][u]);
+    // (the loop twice, for a whole and a masked last vector: a test inside it, and a store loop
+    // with a run-time bound below, made GCC keep the accumulators in memory, 16 stores a key)
+    auto sum = [&](auto whole) {
+      for (int64_t j = 0; j < lim; ++j) {
+        const float* vr = Vh + j * vl;
+        for (int u = 0; u < NV - 1; ++u) simd::load<L>(v[u], vr + u * L);
+        if constexpr (decltype(whole)::value) simd::load<L>(v[NV - 1], vr + (NV - 1) * L);
+        else simd::load_n(v[NV - 1], vr + (NV - 1) * L, tail);
+        for (int u = 0; u < NV; ++u) in_register(v[u]);
+        for (int r = 0; r < R; ++r) {
+          simd::splat<L>(x, p[r * Sp + j]);
+          for (int u = 0; u < NV; ++u) a[r][u] = fmadd(x, v[u], a[r][u]);
+        }
       }
-    }
-    for (int r = 0; r < nr; ++r) {
+    };
+    if (tail == L) sum(std::true_type{});
+    else sum(std::false_type{});
+    for (int r = 0; r < R; ++r) {
+      if (r >= nr) break;
       float* out = o[r] + e0;
       for (int u = 0; u < NV - 1; ++u) simd::store<L>(out + u * L, a[r][u]);
       if (tail == L) simd::store<L>(out + (NV - 1) * L, a[r][NV - 1]);
