@@ -493,9 +493,11 @@ def measure(a, gbs: float, log=None) -> list[dict]:
     backend, cache, batch, floor_ms and, where eager's tokens are known, equal (every generate()'s
     tokens the same as eager's first) and, where they differ, lead (how many leading tokens are);
     rows of other weights than fp32 also lead_fp32 against eager fp32's tokens, where those are known.
-    openvino's cells run in .venv-ov on the model saved once here (removed at the end)."""
+    openvino's cells run in .venv-ov on the model saved once here (removed at the end, as the compile
+    cache folders)."""
     rows, floors, ref32 = [], {}, {}
     ov_dir = None
+    cc_dirs = []  # (each cell's compile cache folders: removed at the end)
     try:
         for weights in getattr(a, "weights", "fp32").split(","):
             for cache in a.caches.split(","):
@@ -504,6 +506,7 @@ def measure(a, gbs: float, log=None) -> list[dict]:
                         floors[weights, batch] = floor_ms(a.model, batch, a.prompt + a.new // 2, gbs, weights)
                     ref = None
                     cc_dir = tempfile.mkdtemp(prefix="airgraph-bench-cc-")
+                    cc_dirs.append(cc_dir)
                     for backend in a.backends.split(","):
                         if backend == "openvino":
                             why = ov_unavailable(cache)
@@ -526,10 +529,10 @@ def measure(a, gbs: float, log=None) -> list[dict]:
                         if log:
                             log(r)
     finally:
-        if ov_dir:
-            import shutil
+        import shutil
 
-            shutil.rmtree(ov_dir, ignore_errors=True)
+        for d in cc_dirs + ([ov_dir] if ov_dir else []):
+            shutil.rmtree(d, ignore_errors=True)
     return rows
 
 
