@@ -30,10 +30,13 @@ import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-if "--inductor-cache" not in sys.argv:
+if "--inductor-cache" not in sys.argv:  # a cold Inductor: a cache folder of its own, removed at exit
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_cold_")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], True)
 import torch  # noqa: E402
 
 torch._dynamo.config.recompile_limit = 64  # the static reference compiles once per size

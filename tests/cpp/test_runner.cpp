@@ -9,7 +9,9 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -28,13 +30,25 @@ using ag::test::shell;
 
 std::unique_ptr<ag::Graph> runner_graph(bool reader_after) { return ag::test::symbolic_sample_graph(reader_after); }
 
+// The process's own folder for the files the runner reads and writes, removed when the process ends.
+std::string& runner_dir() {
+  static std::string d;
+  return d;
+}
+
 std::string temp_path(const std::string& name) {
-  static const std::string dir = [] {
+  static const bool made = [] {
     std::string d = testing::TempDir() + "airgraph_runner_XXXXXX";
     EXPECT_NE(mkdtemp(d.data()), nullptr);
-    return d;
+    runner_dir() = d;
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(runner_dir(), ec);
+    });
+    return true;
   }();
-  return dir + "/" + name;
+  (void)made;
+  return runner_dir() + "/" + name;
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
