@@ -6,6 +6,7 @@
 // with the other version, naming the op, and runs it with --plugin.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -102,7 +103,7 @@ TEST(Plugin, AnotherVersionOfALoadedPluginIsRefused) {
 
 TEST(Plugin, AFileRecordsThePluginAndTheRunnerNeedsIt) {
   load_example();
-  const std::string path = ::testing::TempDir() + "plugin_model.agraph";
+  const std::string path = ::testing::TempDir() + "plugin_model_" + std::to_string(::getpid()) + ".agraph";
   {
     std::ofstream f(path, std::ios::binary);
     SaveOptions opt;
@@ -130,6 +131,7 @@ TEST(Plugin, AFileRecordsThePluginAndTheRunnerNeedsIt) {
   std::vector<float> x = test::randn(6, 3);
   auto y = m.run({airgraph::TensorRef{x.data(), airgraph::DType::float32, {6}}});
   expect_example_result(x.data(), y[0].data_as<float>(), 6);
+  std::remove(path.c_str());
 }
 
 }  // namespace
