@@ -326,14 +326,9 @@ class ConvKernel final : public Kernel {
       std::function<void(float*)> fold;
       uint64_t fold_tag = 0;  // (names the scale folded in: graphs folding the same one share the copy)
       if (fold_mul_) {
-        std::vector<float> scale(static_cast<size_t>(O_));
-        for (int64_t o = 0; o < O_; ++o) scale[o] = channel_value(epi_.ops[0], o);
+        std::vector<float> scale = folded_scale();
         fold_tag = checksum64(scale.data(), scale.size() * sizeof(float)) | 1;
-        fold = [this, scale = std::move(scale)](float* w) {  // W[o, ...] *= scale[o]
-          const int64_t per = w_n_ / O_;
-          for (int64_t o = 0; o < O_; ++o)
-            for (int64_t i = 0; i < per; ++i) w[o * per + i] *= scale[o];
-        };
+        fold = [this, scale = std::move(scale)](float* w) { scale_weights(w, scale); };
       }
       const void* w = prepack(ctx, w_const, t_, w_n_, emu_ || fold_mul_, w_plain_, w_md_, packed_, fold, fold_tag);
       exec_.set(DNNL_ARG_WEIGHTS, const_cast<void*>(w));
@@ -461,29 +456,27 @@ class ConvKernel final : public Kernel {
   }
   void build_pointwise(const Node& n, const BuildCtx& ctx, const void* w_const, const void* b_const) {
     pointwise_ = true;
-    std::vector<float> scaled;
-    const auto [w, b] = own_weights(n, ctx, w_const, b_const, scaled);
+    std::vector<float> scaled, scale;
+    const auto [w, b] = own_weights(n, ctx, w_const, b_const, scaled, scale);
     pw_ = pointwise::pack(w, b, O_, ws_[1]);
     name_ = std::string("pointwise_conv_float32 (") + (isa::use_avx512() ? "avx512" : "avx2") + ")" +
             post_name(k_dnnl_) + " nhwc_in nhwc_out" + folded_name();
   }
   // What a kernel of our own (pointwise, Winograd) starts from: the leading per-channel mul and add folded, the
-  // other post-ops planned by hand, the f32 weights with the mul folded in (W[o, ...] * scale[o], one rounding
-  // each, as the oneDNN path's prepack; in `scaled` where made) and the bias with the add (folded_bias_).
+  // other post-ops planned by hand, the f32 weights with the mul folded in (scale_weights, as the oneDNN path's
+  // prepack; in `scaled` where made, the scale in `scale`) and the bias with the add (folded_bias_).
   std::pair<const float*, const float*> own_weights(const Node& n, const BuildCtx& ctx, const void* w_const,
-                                                    const void* b_const, std::vector<float>& scaled) {
+                                                    const void* b_const, std::vector<float>& scaled,
+                                                    std::vector<float>& scale) {
     plan_folding(true);
     k_dnnl_ = k0_;
     plan_by_hand(n, ctx);
     for (HandReorder& h : hand_ro_) h.buf_off = scratch_.add(h.ro.to_md.get_size());
     const float* w = static_cast<const float*>(w_const);
     if (fold_mul_) {
-      const int64_t per = w_n_ / O_;
+      scale = folded_scale();
       scaled.assign(w, w + w_n_);
-      for (int64_t o = 0; o < O_; ++o) {
-        const float a = channel_value(epi_.ops[0], o);
-        for (int64_t i = 0; i < per; ++i) scaled[o * per + i] *= a;
-      }
+      scale_weights(scaled.data(), scale);
       w = scaled.data();
     }
     const float* b = static_cast<const float*>(b_const);
@@ -492,6 +485,18 @@ class ConvKernel final : public Kernel {
       b = static_cast<const float*>(folded_bias_.data());
     }
     return {w, b};
+  }
+  // The per-channel scale of the folded mul (fold_mul_), and the weights [O, ...] times it: W[o, ...] *= scale[o],
+  // one rounding each.
+  std::vector<float> folded_scale() const {
+    std::vector<float> scale(static_cast<size_t>(O_));
+    for (int64_t o = 0; o < O_; ++o) scale[o] = channel_value(epi_.ops[0], o);
+    return scale;
+  }
+  void scale_weights(float* w, const std::vector<float>& scale) const {
+    const int64_t per = w_n_ / O_;
+    for (int64_t o = 0; o < O_; ++o)
+      for (int64_t i = 0; i < per; ++i) w[o * per + i] *= scale[o];
   }
   std::string folded_name() const {
     if (!k0_) return "";
@@ -549,12 +554,9 @@ class ConvKernel final : public Kernel {
   void build_winograd(const Node& n, const BuildCtx& ctx, const ConvParams& p, const void* w_const,
                       const void* b_const) {
     winograd_ = true;
-    std::vector<float> scaled;
-    const auto [w, b] = own_weights(n, ctx, w_const, b_const, scaled);
+    std::vector<float> scaled, scale;  // (scale: for the direct sums of a block with an inf or NaN)
+    const auto [w, b] = own_weights(n, ctx, w_const, b_const, scaled, scale);
     slots_ = std::max({omp_get_max_threads(), omp_get_num_procs(), num_threads(), 1});
-    std::vector<float> scale;  // (the direct sums of a block with an inf or NaN: the module's weights times it)
-    if (fold_mul_)
-      for (int64_t o = 0; o < O_; ++o) scale.push_back(channel_value(epi_.ops[0], o));
     wg_ = winograd::make(w, b, static_cast<const float*>(w_const), fold_mul_ ? scale.data() : nullptr, xs_[0],
                          xs_[2], xs_[3], xs_[1], O_, p.padding[0], p.padding[1], os_[2], os_[3], num_threads());
     wg_slot_ = scratch_.add(static_cast<size_t>(slots_ * wg_.slot_floats()) * 4);
