@@ -14,6 +14,7 @@
 
 namespace ag {
 
+class ValueBounds;  // ir/value_bounds.h
 namespace dnnl_util {
 class PrepackCache;  // kernels/onednn_util.h: packed weights shared by the kernels of one build
 }
@@ -53,6 +54,10 @@ struct BuildCtx {
   // a convolution writes such a value so and every reader (a convolution) reads it so
   // (runtime/executor.cpp, plan_channels_last). nullptr: every value is row-major.
   const std::vector<uint8_t>* channels_last = nullptr;
+  // What the graph proves of its values when the call's float32 inputs are finite and within
+  // kInputBound (ir/value_bounds.h): a kernel may run a faster form that is exact only on finite
+  // values there, and must run the exact one when RunCtx::bounded is false. nullptr: nothing proven.
+  const ValueBounds* bounds = nullptr;
   bool nhwc(int value_id) const {
     return channels_last && value_id >= 0 && static_cast<size_t>(value_id) < channels_last->size() &&
            (*channels_last)[value_id];
@@ -73,6 +78,9 @@ class KernelState {
 struct RunCtx {
   void* scratch = nullptr;
   KernelState* state = nullptr;
+  // The call's float32 inputs were checked finite and within kInputBound (ir/value_bounds.h), so
+  // what BuildCtx::bounds proved holds in this run. False outside an executor's checked runs.
+  bool bounded = false;
 };
 
 // A compiled kernel for one node. run() gets the node's input and output pointers in order
@@ -87,6 +95,9 @@ class Kernel {
   virtual size_t scratch_bytes() const { return 0; }
   virtual std::unique_ptr<KernelState> make_state() const { return nullptr; }
   virtual std::string name() const { return "kernel"; }  // e.g. "onednn_matmul_f32"
+  // The kernel runs a faster form in runs with RunCtx::bounded (BuildCtx::bounds): the executor
+  // then checks the graph's float32 inputs on every call.
+  virtual bool uses_bounds() const { return false; }
   // Work left for after the program's first run (packing constant weights; base/background.h):
   // 0 none, 1 left for later, 2 done. finish_background_work() runs once, on the background thread
   // or at the end of a caller's run, while run() may be running on other threads, and makes later

@@ -76,6 +76,10 @@ using NhwcViewFn = bool (*)(const Node& node, Attrs* attrs);
 // output 0 over that input where it dies at the node (runtime/memory_planner.cpp). The kernel
 // checks at run time whether it got them (and copies the input there where it did not).
 using AccumulatesIntoFn = int (*)(const Node& node, const BuildCtx& ctx);
+// Value bounds (ir/value_bounds.h): the largest |x| of the node's output 0, given its inputs' bounds
+// (b.of(input)), such that the output is finite wherever the inputs are finite and within theirs;
+// kUnbounded when the op cannot tell.
+using BoundFn = double (*)(const Node& node, const ValueBounds& b);
 
 struct OpDef {
   const char* name = nullptr;
@@ -95,6 +99,7 @@ struct OpDef {
   ChannelsLastFn channels_last = nullptr;  // nullptr: row-major only
   NhwcViewFn nhwc_view = nullptr;
   AccumulatesIntoFn accumulates_into = nullptr;
+  BoundFn bound = nullptr;  // nullptr: the output's bound is unknown
   // A unary op with no row in the fused interpreter (a plugin's op, kernels/plugin.h): its float32
   // row function, in place, with the instruction's numbers; the interpreter runs it for the op's
   // fused_code (the GEMM/conv epilogues apply it as a post-op).

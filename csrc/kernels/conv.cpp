@@ -7,6 +7,7 @@
 // into the primitive's layout once, when the kernel is built. 16-bit dtypes
 // without a native oneDNN implementation are computed in f32.
 #include <cstdlib>
+#include <mutex>
 #include <string_view>
 
 #include "base/parallel.h"
@@ -17,6 +18,7 @@
 #include "kernels/isa.h"
 #include "kernels/onednn_util.h"
 #include "ir/serialize.h"
+#include "ir/value_bounds.h"
 
 namespace ag {
 namespace {
@@ -144,6 +146,59 @@ int conv_sum_operand(const Node& n, const BuildCtx& ctx) {
   return op.input;
 }
 
+// Value bounds (ir/value_bounds.h) of a float32 convolution's result after its post-ops [0, k_end): per
+// output channel o, inputs within B give |sum| <= B sum_i |w[o, i]| + |bias[o]|, then each post-op in
+// order (a constant operand's magnitude for that channel, another value's bound; ReLU and clamp).
+// kUnbounded where a step is unknown (weights that are not constant float32, a division, another activation).
+double conv_bound_upto(const Node& n, const epi::Epilogue& e, size_t k_end, const ValueBounds& b) {
+  const Value *x = n.inputs[0], *w = n.inputs[1];
+  const bool has_bias = epi::base_inputs(n.inputs.size(), n.attrs) > 2;
+  const Value* bias = has_bias ? n.inputs[2] : nullptr;
+  if (x->type.dtype != DType::f32 || !w->is_const() || w->type.dtype != DType::f32 ||
+      (bias && (!bias->is_const() || bias->type.dtype != DType::f32)))
+    return kUnbounded;
+  const double bx = b.of(x);
+  const int64_t O = w->type.size(0);
+  if (!(bx < kUnbounded) || O <= 0) return kUnbounded;
+  const int64_t per = w->type.numel() / O;
+  const float* wp = static_cast<const float*>(w->storage->data);
+  const float* bp = bias ? static_cast<const float*>(bias->storage->data) : nullptr;
+  std::vector<double> ch(O);
+  for (int64_t o = 0; o < O; ++o) {
+    const float* r = wp + o * per;
+    double s[4] = {0, 0, 0, 0};  // (four chains: NaN or inf in a weight leaves a sum that is no bound)
+    int64_t i = 0;
+    for (; i + 4 <= per; i += 4)
+      for (int j = 0; j < 4; ++j) s[j] += std::fabs(r[i + j]);
+    for (; i < per; ++i) s[0] += std::fabs(r[i]);
+    ch[o] = checked_bound(bx * ((s[0] + s[1]) + (s[2] + s[3])) + (bp ? std::fabs(bp[o]) : 0.0));
+  }
+  for (size_t k = 0; k < k_end && k < e.ops.size(); ++k) {
+    const epi::Op& op = e.ops[k];
+    if (!epi::is_binary(op.code)) {
+      for (double& c : ch) c = epi::activation_bound(op, c);
+      continue;
+    }
+    if (op.code == epi::kDiv || (op.cdata && op.dt != DType::f32)) return kUnbounded;
+    const float* c = static_cast<const float*>(op.cdata);
+    const double whole = !c ? b.of(n.inputs[op.input]) : op.mode == epi::Mode::Full ? const_bound(n.inputs[op.input]) : 0.0;
+    for (int64_t o = 0; o < O; ++o) {
+      const double m = c && op.mode == epi::Mode::Scalar    ? std::fabs(c[0])
+                       : c && op.mode == epi::Mode::Channel ? std::fabs(c[o])
+                                                            : whole;
+      ch[o] = checked_bound(op.code == epi::kMul ? ch[o] * m : ch[o] + m);
+    }
+  }
+  double r = 0;
+  for (double c : ch) r = std::max(r, c);  // (kUnbounded wins)
+  return r;
+}
+
+double conv_bound(const Node& n, const ValueBounds& b) {
+  const epi::Epilogue e = epi::parse(n, n.outputs[0]->type.shape(), true);
+  return conv_bound_upto(n, e, e.ops.size(), b);
+}
+
 class ConvKernel final : public Kernel {
  public:
   ConvKernel(const Node& n, const BuildCtx& ctx) {
@@ -197,15 +252,22 @@ class ConvKernel final : public Kernel {
     }
     // k post-ops inside the primitive; with post-ops, the layouts are pinned to
     // those of the plain primitive (`base`) and its implementation must stay the same.
+    // (with_act: with the activation after them, ops[k], as oneDNN's eltwise: finite_exact_activation)
     auto make = [&](dt d, size_t k, const dnnl::convolution_forward::primitive_desc* base,
-                    dnnl::convolution_forward::primitive_desc& pd) -> bool {
+                    dnnl::convolution_forward::primitive_desc& pd, bool with_act = false) -> bool {
       const tag act = in_nhwc_ || out_nhwc_ ? tag::nhwc : tag::any;
       auto x_md = base ? base->src_desc() : dnnl::memory::desc(to_dims(xs_), d, act);
       auto o_md = base ? base->dst_desc() : dnnl::memory::desc(to_dims(os_), dst_f32_ ? dt::f32 : d, act);
       auto w_md = base ? base->weights_desc()
                        : (w_const ? dnnl::memory::desc(to_dims(wg), d, tag::any) : plain_desc(wg, d));
       dnnl::primitive_attr attr = default_attr();
-      if (k > k0_) attr.set_post_ops(epi::to_dnnl_post_ops(epi_, k0_, k, &o_md, sum_k_));
+      if (k > k0_ || with_act) {
+        dnnl::post_ops po = epi::to_dnnl_post_ops(epi_, k0_, k, &o_md, sum_k_);
+        dnnl::algorithm a;
+        float alpha = 0, beta = 0;
+        if (with_act && epi::finite_exact_activation(epi_.ops[k], &a, &alpha, &beta)) po.append_eltwise(a, alpha, beta);
+        attr.set_post_ops(po);
+      }
       bool ok = try_make_pd(pd, [&] {
         if (prim_bias_)
           return dnnl::convolution_forward::primitive_desc(
@@ -234,6 +296,16 @@ class ConvKernel final : public Kernel {
           k_dnnl_ = k;
           break;
         }
+      }
+      // the activation after them in the primitive too, where the values it sees are proven finite (the
+      // exact primitive, without it, is made on the first call whose inputs fail the check: run)
+      act_ = false;
+      dnnl::convolution_forward::primitive_desc pa;
+      if (bounded_activation(n, ctx, d) && make(d, k_dnnl_, &pd, pa, true) &&
+          pa.scratchpad_desc() == pd.scratchpad_desc()) {
+        exact_pd_ = pd;
+        pd = pa;
+        act_ = true;
       }
       std::string impl(pd.impl_info_str());
       exec_ = Exec{};
@@ -279,7 +351,8 @@ class ConvKernel final : public Kernel {
       }
       plan_by_hand(n, ctx);
       name_ = std::string("onednn_conv_") + dtype_name(t_) + (d == dt::f32 && t_ != DType::f32 ? "_via_f32" : "") +
-              " (" + impl + ")" + post_name(k_dnnl_) + (in_nhwc_ ? " nhwc_in" : "") + (out_nhwc_ ? " nhwc_out" : "");
+              " (" + impl + ")" + post_name(k_dnnl_ + act_) + (in_nhwc_ ? " nhwc_in" : "") + (out_nhwc_ ? " nhwc_out" : "");
+      if (act_) name_ += " (" + epi::code_name(epi_.ops[k_dnnl_].code) + " in the primitive on checked inputs)";
       name_ += folded_name();
       return true;
     };
@@ -336,6 +409,7 @@ class ConvKernel final : public Kernel {
   }
 
   std::string name() const override { return name_; }
+  bool uses_bounds() const override { return act_; }
 
   size_t scratch_bytes() const override { return scratch_.bytes; }
   std::unique_ptr<KernelState> make_state() const override {
@@ -397,15 +471,17 @@ class ConvKernel final : public Kernel {
       prepare_sum(in, o, ctx, swapped);
       args = swapped;
     }
-    exec_.run(st.exec, ScratchLayout::at(ctx, pad_));
+    // (the args bind the same descriptors for both primitives: same implementation, layouts and scratchpad)
+    const bool fused = act_ && ctx.bounded;
+    (act_ && !fused ? exact_exec() : exec_).run(st.exec, ScratchLayout::at(ctx, pad_));
     if (out_ro_.needed) out_ro_.run(st.out_ro, o, o_plain);
-    if (k_dnnl_ < epi_.ops.size()) {
+    if (const size_t k_hand = k_dnnl_ + fused; k_hand < epi_.ops.size()) {
       if (!hand_ro_.empty()) {
         if (args == in) std::copy(in, in + n_in_, swapped);
         reorder_hand_operands(in, st, ctx, swapped);
         args = swapped;
       }
-      hand_.apply_all(static_cast<float*>(o_plain), o_n_ / hand_.L, args, k_dnnl_);
+      hand_.apply_all(static_cast<float*>(o_plain), o_n_ / hand_.L, args, k_hand);
     }
     if (f32_out) from_f32(t_, static_cast<float*>(o_plain), out[0], o_n_);
   }
@@ -429,6 +505,25 @@ class ConvKernel final : public Kernel {
   };
   // Full operands of the post-ops by hand in another layout than the result's, reordered into it
   // (swapped: a copy of the inputs; their entries now point at the copies).
+  // Whether the activation after the primitive's post-ops (ops[k_dnnl_]) may run inside it: an f32
+  // convolution whose values there are proven finite in checked runs (ir/value_bounds.h) and an
+  // activation that oneDNN computes as our row does on finite values (epi::finite_exact_activation).
+  bool bounded_activation(const Node& n, const BuildCtx& ctx, dt d) const {
+    dnnl::algorithm a;
+    float alpha, beta;
+    return ctx.bounds && d == dt::f32 && t_ == DType::f32 && k_dnnl_ == epi_.binary_end(k0_) &&
+           k_dnnl_ < epi_.ops.size() && epi::finite_exact_activation(epi_.ops[k_dnnl_], &a, &alpha, &beta) &&
+           conv_bound_upto(n, epi_, k_dnnl_, *ctx.bounds) < kUnbounded;
+  }
+  // The primitive without the activation, for runs whose inputs were not checked (made on the first).
+  const Exec& exact_exec() const {
+    std::call_once(exact_once_, [&] {
+      exact_ = exec_;
+      exact_.prim = dnnl::convolution_forward(exact_pd_);
+    });
+    return exact_;
+  }
+
   void reorder_hand_operands(void* const* in, State& st, const RunCtx& ctx, void** swapped) const {
     for (size_t i = 0; i < hand_ro_.size(); ++i) {
       const HandReorder& h = hand_ro_[i];
@@ -761,6 +856,12 @@ class ConvKernel final : public Kernel {
   int slots_ = 0;  // thread slots of its scratch and GEMM arguments
   size_t wg_slot_ = kNone, wg_pad_ = kNone;
   Exec exec_;
+  // act_: ops[k_dnnl_] (an activation) runs in exec_'s primitive in checked runs (RunCtx::bounded);
+  // other runs take exact_, the primitive without it (exact_pd_), and run it by hand
+  bool act_ = false;
+  dnnl::convolution_forward::primitive_desc exact_pd_;
+  mutable Exec exact_;
+  mutable std::once_flag exact_once_;
   Reorder in_ro_, out_ro_;
   bool in_nhwc_ = false, out_nhwc_ = false;  // channels-last input / result (BuildCtx::channels_last)
   dnnl::memory::desc w_plain_, w_md_;
@@ -791,6 +892,6 @@ static bool conv_channels_last(const Node& n, int i) {
 
 AG_REGISTER_OP(conv, {.name = "conv", .min_inputs = 2, .max_inputs = -1, .infer = infer_conv,
                       .make_kernel = make_conv, .props = kCostlyKernel, .channels_last = conv_channels_last,
-                      .accumulates_into = conv_sum_operand});
+                      .accumulates_into = conv_sum_operand, .bound = conv_bound});
 
 }  // namespace ag

@@ -1,11 +1,14 @@
 #include "kernels/epilogue.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 
 #include "kernels/common.h"
 #include "kernels/elementwise_rows.h"
 #include "kernels/fused_elementwise.h"
 #include "kernels/onednn_util.h"
+#include "ir/value_bounds.h"
 
 namespace ag::epi {
 
@@ -175,6 +178,35 @@ dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dn
     po.append_binary(a, op.mode == Mode::Full && full_md ? *full_md : operand_md(op));
   }
   return po;
+}
+
+bool finite_exact_activation(const Op& op, dnnl::algorithm* alg, float* alpha, float* beta) {
+  *alg = dnnl::algorithm::eltwise_clip;
+  if (op.code == fe::kX_relu) {  // x < 0 ? 0 : x
+    *alpha = 0.0f, *beta = FLT_MAX;
+    return true;
+  }
+  if (op.code != fe::kX_clamp) return false;
+  const int flags = static_cast<int>(op.p[2]);  // (Clamp's encoding: lo, hi, presence flags)
+  const float lo = static_cast<float>(op.p[0]), hi = static_cast<float>(op.p[1]);
+  if (((flags & 1) && std::isnan(lo)) || ((flags & 2) && std::isnan(hi)) || !(flags & 3)) return false;
+  *alpha = flags & 1 ? lo : -FLT_MAX;
+  *beta = flags & 2 ? hi : FLT_MAX;
+  return true;
+}
+
+double activation_bound(const Op& op, double b) {
+  if (!(b < kUnbounded)) return kUnbounded;
+  if (op.code == fe::kX_relu) return b;
+  if (op.code != fe::kX_clamp) return kUnbounded;
+  const int flags = static_cast<int>(op.p[2]);
+  const double lo = static_cast<float>(op.p[0]), hi = static_cast<float>(op.p[1]);
+  if (((flags & 1) && std::isnan(lo)) || ((flags & 2) && std::isnan(hi))) return kUnbounded;
+  // the result lies between the input and the bounds: |r| <= max(b, |lo|, |hi|); with both
+  // bounds, in [lo, hi] (or hi alone when lo > hi)
+  double r = std::max(b, std::max(flags & 1 ? std::fabs(lo) : 0.0, flags & 2 ? std::fabs(hi) : 0.0));
+  if ((flags & 3) == 3) r = std::min(r, std::max(std::fabs(lo), std::fabs(hi)));
+  return checked_bound(r);
 }
 
 }  // namespace ag::epi

@@ -53,4 +53,13 @@ dnnl::post_ops to_dnnl_post_ops(const Epilogue& e, size_t k0, size_t k, const dn
                                 size_t sum_at = SIZE_MAX);
 dnnl::memory::desc operand_md(const Op& op);
 
+// An activation whose oneDNN eltwise post-op (`alg`, alpha, beta) gives what its row gives on every
+// finite value, up to the sign of a zero result: ReLU and clamp with number bounds, as clip (a max,
+// then a min). NaN is where they differ (oneDNN's clip turns it into alpha), so a kernel appends it
+// only where value bounds (ir/value_bounds.h) prove the values finite. False for any other op.
+bool finite_exact_activation(const Op& op, dnnl::algorithm* alg, float* alpha, float* beta);
+// The bound of such an activation's result given its input's (finite) bound b; kUnbounded for
+// other unary ops.
+double activation_bound(const Op& op, double b);
+
 }  // namespace ag::epi

@@ -9,6 +9,7 @@
 // and the vectorized exp (results are unchanged; this is not -ffast-math).
 #pragma GCC optimize("no-trapping-math")
 #include "kernels/pool_util.h"
+#include "ir/value_bounds.h"
 #include "kernels/reduce_util.h"
 
 namespace ag {
@@ -319,7 +320,7 @@ static bool adaptive_channels_last(const Node& n, int i) {
 }
 
 AG_REGISTER_OP(max_pool2d, {.name = "max_pool2d", .min_inputs = 1, .max_inputs = 1, .infer = infer_max_pool,
-                            .make_kernel = make_max_pool, .props = kNoProps, .channels_last = max_pool_channels_last});
+                            .make_kernel = make_max_pool, .props = kNoProps, .channels_last = max_pool_channels_last, .bound = bound_moves});
 AG_REGISTER_OP(avg_pool2d, {.name = "avg_pool2d", .min_inputs = 1, .max_inputs = 1, .infer = infer_avg_pool,
                             .make_kernel = make_avg_pool, .props = kNoProps});
 AG_REGISTER_OP(adaptive_avg_pool2d, {.name = "adaptive_avg_pool2d", .min_inputs = 1, .max_inputs = 1,

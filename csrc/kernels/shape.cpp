@@ -3,6 +3,7 @@
 // tril/triu{diagonal}, slice_scatter{dim,start,end,step}(x, src). All are
 // strided copies (kernels/strided_copy.h) planned when the kernel is built.
 #include "kernels/common.h"
+#include "ir/value_bounds.h"
 #include "kernels/strided_copy.h"
 
 namespace ag {
@@ -244,7 +245,7 @@ static bool cat_nhwc_view(const Node& n, Attrs* a) {
 }
 
 AG_REGISTER_OP(cat, {.name = "cat", .min_inputs = 1, .max_inputs = -1, .infer = infer_cat, .make_kernel = make_cat,
-                     .nhwc_view = cat_nhwc_view});
+                     .nhwc_view = cat_nhwc_view, .bound = bound_moves});
 AG_REGISTER_OP(pad, {.name = "pad", .min_inputs = 1, .max_inputs = 1, .infer = infer_pad, .make_kernel = make_pad});
 AG_REGISTER_OP(roll, {.name = "roll", .min_inputs = 1, .max_inputs = 1, .infer = infer_roll, .make_kernel = make_roll});
 AG_REGISTER_OP(tril, {.name = "tril", .min_inputs = 1, .max_inputs = 1, .infer = infer_tri,

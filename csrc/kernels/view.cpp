@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/common.h"
+#include "ir/value_bounds.h"
 #include "kernels/strided_copy.h"
 
 namespace ag {
@@ -348,22 +349,22 @@ std::unique_ptr<Kernel> make_as_strided_scatter(const Node& n, const BuildCtx& c
 }  // namespace
 
 AG_REGISTER_OP(reshape, {.name = "reshape", .min_inputs = 1, .max_inputs = 1, .infer = infer_reshape,
-                         .make_kernel = make_alias, .props = kAlias});
+                         .make_kernel = make_alias, .props = kAlias, .bound = bound_moves});
 AG_REGISTER_OP(clone, {.name = "clone", .min_inputs = 1, .max_inputs = 1, .infer = infer_same,
-                       .make_kernel = make_clone, .props = kNoProps});
+                       .make_kernel = make_clone, .props = kNoProps, .bound = bound_moves});
 AG_REGISTER_OP(permute, {.name = "permute", .min_inputs = 1, .max_inputs = 1, .infer = infer_permute,
-                         .make_kernel = make_permute, .channels_last = permute_channels_last});
+                         .make_kernel = make_permute, .channels_last = permute_channels_last, .bound = bound_moves});
 AG_REGISTER_OP(expand, {.name = "expand", .min_inputs = 1, .max_inputs = 1, .infer = infer_expand,
-                        .make_kernel = make_expand});
+                        .make_kernel = make_expand, .bound = bound_moves});
 AG_REGISTER_OP(slice, {.name = "slice", .min_inputs = 1, .max_inputs = 1, .infer = infer_slice,
-                       .make_kernel = make_slice});
+                       .make_kernel = make_slice, .bound = bound_moves});
 AG_REGISTER_OP(select, {.name = "select", .min_inputs = 1, .max_inputs = 1, .infer = infer_select,
-                        .make_kernel = make_select});
+                        .make_kernel = make_select, .bound = bound_moves});
 AG_REGISTER_OP(slice_view, {.name = "slice_view", .min_inputs = 1, .max_inputs = 1, .infer = infer_slice_view,
-                            .make_kernel = make_alias, .props = kAlias, .alias_offset = slice_view_offset});
+                            .make_kernel = make_alias, .props = kAlias, .alias_offset = slice_view_offset, .bound = bound_moves});
 AG_REGISTER_OP(select_view, {.name = "select_view", .min_inputs = 1, .max_inputs = 1, .infer = infer_select_view,
-                             .make_kernel = make_alias, .props = kAlias, .alias_offset = select_view_offset});
-AG_REGISTER_OP(flip, {.name = "flip", .min_inputs = 1, .max_inputs = 1, .infer = infer_flip, .make_kernel = make_flip});
+                             .make_kernel = make_alias, .props = kAlias, .alias_offset = select_view_offset, .bound = bound_moves});
+AG_REGISTER_OP(flip, {.name = "flip", .min_inputs = 1, .max_inputs = 1, .infer = infer_flip, .make_kernel = make_flip, .bound = bound_moves});
 AG_REGISTER_OP(as_strided, {.name = "as_strided", .min_inputs = 1, .max_inputs = 1, .infer = infer_as_strided,
                             .make_kernel = make_as_strided});
 AG_REGISTER_OP(as_strided_view, {.name = "as_strided_view", .min_inputs = 1, .max_inputs = 1,
@@ -372,6 +373,6 @@ AG_REGISTER_OP(as_strided_view, {.name = "as_strided_view", .min_inputs = 1, .ma
 AG_REGISTER_OP(as_strided_scatter, {.name = "as_strided_scatter", .min_inputs = 2, .max_inputs = 2,
                                     .infer = infer_as_strided_scatter, .make_kernel = make_as_strided_scatter, .props = kUpdatesInput0});
 AG_REGISTER_OP(repeat, {.name = "repeat", .min_inputs = 1, .max_inputs = 1, .infer = infer_repeat,
-                        .make_kernel = make_repeat});
+                        .make_kernel = make_repeat, .bound = bound_moves});
 
 }  // namespace ag

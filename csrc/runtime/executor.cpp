@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -12,10 +13,27 @@
 #include "base/background.h"
 #include "base/memory.h"
 #include "base/parallel.h"
+#include "ir/value_bounds.h"
 
 namespace ag {
 namespace {
 std::shared_ptr<void> aligned_buffer(size_t nbytes) { return alloc_aligned(nbytes); }
+
+// Whether every element of x[0..n) is finite with |x| <= kInputBound (false for NaN and inf).
+bool within_input_bound(const float* x, int64_t n) {
+  constexpr float T = static_cast<float>(kInputBound);
+  std::atomic<bool> ok{true};
+  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+    constexpr int64_t kStep = 4096;  // (a chunk at a time: stop early once it fails)
+    for (int64_t i = b; i < e && ok.load(std::memory_order_relaxed); i += kStep) {
+      const int64_t end = std::min(e, i + kStep);
+      int good = 1;
+      for (int64_t j = i; j < end; ++j) good &= static_cast<int>(std::fabs(x[j]) <= T);
+      if (!good) ok.store(false, std::memory_order_relaxed);
+    }
+  });
+  return ok.load();
+}
 }  // namespace
 
 namespace {
@@ -99,6 +117,16 @@ size_t hash_types(size_t h, const std::vector<Value*>& vs) {
 }
 
 // The channels-last flags of a node's inputs and outputs (part of a kernel's identity).
+// The proven bounds of a node's non-constant inputs (ir/value_bounds.h; part of a kernel's identity: a
+// convolution fuses its activation on them).
+std::vector<double> bounds_of(const Node& n, const BuildCtx& ctx) {
+  std::vector<double> b;
+  if (!ctx.bounds) return b;
+  for (const Value* v : n.inputs)
+    if (!v->is_const()) b.push_back(ctx.bounds->of(v));
+  return b;
+}
+
 std::vector<uint8_t> layouts_of(const Node& n, const BuildCtx& ctx) {
   std::vector<uint8_t> l;
   if (!ctx.channels_last) return l;
@@ -112,6 +140,7 @@ KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
   size_t h = hash_types(hash_types(std::hash<std::string>()(n.name) ^ std::hash<const void*>()(n.op), n.inputs),
                         n.outputs);
   std::vector<uint8_t> layouts = layouts_of(n, ctx);
+  std::vector<double> bounds = bounds_of(n, ctx);
   auto same = [&](const Key& k) {
     if (k.name != n.name || k.in.size() != n.inputs.size() || k.out.size() != n.outputs.size() || !(k.attrs == n.attrs))
       return false;
@@ -121,7 +150,7 @@ KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
       if (n.inputs[i]->is_const() && (c >= k.consts.size() || k.consts[c++] != n.inputs[i]->storage)) return false;
     }
     if (c != k.consts.size()) return false;
-    if (k.nhwc != layouts) return false;
+    if (k.nhwc != layouts || k.bounds != bounds) return false;
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!(k.out[i] == n.outputs[i]->type)) return false;
     return true;
@@ -136,7 +165,7 @@ KernelCache::Entry KernelCache::get(const Node& n, const BuildCtx& ctx) {
       }
   }
   Entry made{make_kernel_of(n, ctx), std::make_shared<const std::string>(n.context())};
-  Key k{{}, {}, n.attrs, n.name, {}, std::move(layouts)};
+  Key k{{}, {}, n.attrs, n.name, {}, std::move(layouts), std::move(bounds)};
   for (const Value* v : n.inputs) {
     k.in.push_back(v->type);
     if (v->is_const()) k.consts.push_back(v->storage);
@@ -169,6 +198,8 @@ std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& o
   CompileOptions o = opt;
   const std::vector<uint8_t> nhwc = opt.channels_last ? plan_channels_last(g) : std::vector<uint8_t>{};
   if (opt.channels_last) o.build.channels_last = &nhwc;
+  const ValueBounds bounds(g);
+  if (bounds.any()) o.build.bounds = &bounds;
   MemoryPlan plan = plan_memory(g, opt.allow_inplace, &o.build);
   prog->arena_bytes = plan.arena_bytes;
   prog->external_bytes = plan.external_bytes;
@@ -241,6 +272,10 @@ std::shared_ptr<Program> compile_program(const Graph& g, const CompileOptions& o
   for (auto& n : g.nodes())
     for (Value* v : n->inputs) keep(v);
   for (Value* v : g.outputs()) keep(v);
+  // kernels that run a faster form in checked runs: the call's float32 inputs are checked
+  if (std::any_of(prog->kernels.begin(), prog->kernels.end(), [](const auto& k) { return k->uses_bounds(); }))
+    for (size_t i = 0; i < g.inputs().size(); ++i)
+      if (g.inputs()[i]->type.dtype == DType::f32) prog->bounded_inputs.push_back(static_cast<int>(i));
   prog->deferred = DeferredWork::of(prog->kernels);
   prog->stats.nodes = static_cast<int>(g.nodes().size());
   prog->stats.arena_bytes = plan.arena_bytes;
@@ -323,6 +358,14 @@ void Executor::run_into(const void* const* inputs, void* const* ext_roots) {
   for (const Patch& p : P.patches) {
     char* base = p.kind == LocKind::Input ? static_cast<char*>(const_cast<void*>(inputs[p.index])) : static_cast<char*>(ext_roots[p.index]);
     ops_[p.pos] = base + p.offset;
+  }
+  if (!P.bounded_inputs.empty()) {
+    bool bounded = true;
+    for (int i : P.bounded_inputs)
+      bounded = bounded && within_input_bound(static_cast<const float*>(inputs[i]), P.input_types[i].numel());
+    if (bounded != bounded_)
+      for (RunCtx& c : ctx_) c.bounded = bounded;
+    bounded_ = bounded;
   }
   void* const* ops = ops_.data();
   const size_t n = P.instrs.size();

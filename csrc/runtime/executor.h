@@ -63,6 +63,9 @@ class Program {
   std::vector<Patch> patches;
   std::vector<OutputSpec> outputs;
   std::vector<TensorType> input_types;
+  // Inputs checked finite and within kInputBound on each call (ir/value_bounds.h), where a kernel
+  // runs a faster form in checked runs (Kernel::uses_bounds): its float32 inputs. Empty: no check.
+  std::vector<int> bounded_inputs;
   std::vector<size_t> external_bytes;
   std::vector<std::shared_ptr<const std::string>> instr_context;  // node context for errors (cold)
   std::vector<std::string> instr_names;    // FX node names
@@ -98,6 +101,7 @@ class KernelCache {
     std::string name;
     std::vector<std::shared_ptr<Storage>> consts;
     std::vector<uint8_t> nhwc;  // the inputs' and outputs' layouts (BuildCtx::channels_last)
+    std::vector<double> bounds;  // the non-constant inputs' proven bounds (BuildCtx::bounds)
   };
   static constexpr size_t kMaxEntries = 16384;  // then it starts over (programs keep their kernels)
   mutable std::mutex mu_;
@@ -173,6 +177,7 @@ class Executor {
   size_t values_ = 0;     // arena bytes of the values (scratch follows)
   std::vector<std::unique_ptr<KernelState>> states_;
   std::vector<RunCtx> ctx_;  // per instruction
+  bool bounded_ = false;     // what ctx_[*].bounded says (the last call's input check)
   bool profiling_ = false;
   std::vector<int64_t> times_, starts_;
 };

@@ -277,7 +277,7 @@ def test_conv_over_a_concatenation_runs_per_part(part, bias, hw, split, engine_g
     assert any(k.startswith("cat") for k in kernels) != split, kernels
     if split:
         assert sum("+ add" in k for k in three) == 3, three
-        assert "by hand: relu" in three[-1], three
+        assert "by hand: relu" in three[-1] or "relu in the primitive on checked inputs" in three[-1], three
         with torch.no_grad():
             m.conv.weight[:, part:2 * part].mul_(-2.0)  # the second part's channels
             assert_close(compiled(x), m(x), msg="after a weight change")
@@ -339,7 +339,7 @@ def test_residual_add_as_sum_over_the_residual(project, keep, stem, engine_graph
     summed = [k for k in kernels if "(add as sum)" in k]
     # (the residual the graph's input itself: row-major bytes, the add stays a binary post-op reading them)
     assert len(summed) == (1 if stem or project else 0), kernels
-    assert all("by hand: relu" in k for k in summed), kernels
+    assert all("by hand: relu" in k or "relu in the primitive on checked inputs" in k for k in summed), kernels
     assert not any("(add as sum)" in k for g in graphs_narrow for _, _, k in g.exe.instructions())
     inplace = sum(g.exe.stats()["inplace"] for g in graphs)
     if stem and not keep:  # (the residual, the stem's result, dies at the last convolution)
@@ -501,3 +501,79 @@ def test_3x3_conv_by_winograd_matches_eager_and_the_direct_conv(c, mid, hw, batc
             assert_close(got, direct, msg="vs the direct convolution")
     finally:
         torch.set_num_threads(threads)
+
+
+class BoundedNet(nn.Module):
+    """A MobileNetV2-style stack: stem convolution + BatchNorm + ReLU6, the inverted residual block (ReLU6), a
+    ResNet-style 3x3 + BatchNorm + ReLU with a residual, max pooling, then a 1x1 + ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.block = InvertedResidual(16, 64, nn.ReLU6(), True)
+        self.conv, self.bn2 = nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.head = nn.Conv2d(16, 32, 1)
+
+    def forward(self, x):
+        h = self.block(F.relu6(self.bn(self.stem(x))))
+        h = F.max_pool2d(torch.relu(self.bn2(self.conv(h)) + h), 2)
+        return torch.relu(self.head(h))
+
+
+@pytest.mark.parametrize("how", ["compile", "export"])
+def test_activation_in_the_primitive_on_checked_inputs(how, engine_graphs, tmp_path):
+    """ReLU and clamp run inside oneDNN's convolution where value bounds (ir/value_bounds.h) prove its values finite
+    once the call's inputs are checked finite and within 1e6: eager's result there; a call with NaN, inf or a value
+    past 1e6 runs the exact primitive and gives eager's NaN and inf exactly where eager has them (oneDNN's clip would
+    turn NaN into 0); the next ordinary call is fused again. Under torch.compile and an exported file."""
+    torch.manual_seed(0)
+    m = BoundedNet().eval()
+    x = torch.randn(2, 3, 40, 40)
+    with torch.no_grad():
+        if how == "compile":
+            f = compile_native(m)
+        else:
+            airgraph.export(m, (x,), str(tmp_path / "m.agraph"))
+            f = airgraph.load(str(tmp_path / "m.agraph"))
+        assert_close(f(x), m(x), msg="checked inputs vs eager")
+        for where, value in ((5, float("nan")), (700, float("inf")), (9, -float("inf")), (33, 3e6), (40, 1e6)):
+            xs = x.clone()
+            xs.view(-1)[where] = value
+            want, got = m(xs), f(xs)
+            assert torch.equal(torch.isnan(got), torch.isnan(want)), (value, torch.isnan(want).sum())
+            assert torch.equal(torch.isinf(got), torch.isinf(want)), value
+            ok = torch.isfinite(want)
+            assert_close(got[ok], want[ok], msg=f"finite results with {value} in the input")
+            if value != value:
+                assert torch.isnan(want).any()
+        assert_close(f(x), m(x), msg="checked again")
+    if how == "compile":
+        kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
+        in_prim = [k for k in kernels if "in the primitive on checked inputs" in k]
+        # the stem, the block's expansion and depthwise (clamp), the 3x3 with its residual and the head (relu)
+        assert sum("clamp in the primitive" in k for k in in_prim) >= 2, kernels
+        assert sum("relu in the primitive" in k for k in in_prim) >= 1, kernels
+
+
+def test_no_activation_in_the_primitive_without_a_bound(engine_graphs):
+    """Where nothing is proven the activation stays by hand: a weight holding inf (its result may be NaN: inf - inf),
+    weights so large that the bound passes 1e30, and everything after them; results as eager's, NaN included."""
+    torch.manual_seed(0)
+    for scale, poison in ((1.0, float("inf")), (1e28, None)):
+        m = BoundedNet().eval()
+        with torch.no_grad():
+            m.stem.weight.mul_(scale)
+            if poison is not None:
+                m.stem.weight[0, 0, 1, 1] = poison  # (the centre tap: never over the zero padding, which oneDNN skips)
+        engine_graphs.clear()
+        x = torch.randn(1, 3, 24, 24)
+        with torch.no_grad():
+            want, got = m(x), compile_native(m, cache_dir="")(x)  # (compiled afresh: the graphs are seen)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.equal(torch.isinf(got), torch.isinf(want))
+        ok = torch.isfinite(want)
+        assert_close(got[ok], want[ok], rtol=1e-4, msg=f"scale {scale}, poison {poison}")
+        kernels = [k for g in engine_graphs for _, _, k in g.exe.instructions()]
+        stem = [k for k in kernels if k.startswith("onednn_conv") and "nhwc_in" not in k]
+        assert stem and all("in the primitive" not in k for k in stem), kernels
+        if poison is not None:  # (inf in the stem: no bound anywhere after it)
+            assert not any("in the primitive" in k for k in kernels), kernels
