@@ -1,8 +1,9 @@
 // Value bounds: a proof, from the graph alone, that a value holds no NaN and no infinity whenever
 // the graph's float32 inputs are finite and at most kInputBound in magnitude (which the executor
 // checks on each call: runtime/executor.cpp). What it buys: oneDNN's eltwise post-ops turn NaN into a
-// number (max/min-based ReLU and clip), so an activation runs inside a convolution's primitive only
-// where its input is proven NaN-free; on every finite value those post-ops equal our rows bit for bit.
+// number (its activations are a max and a min), so an activation runs inside a convolution's primitive
+// only where its input is proven NaN-free; on every finite value those post-ops give what our rows give
+// (up to the sign of a zero result: kernels/epilogue.h, finite_exact_activation).
 // A call whose inputs fail the check runs the exact plan (kernels/conv.cpp keeps both).
 //
 // of(v) = B (finite) says: under that condition every element of v is finite with |v| <= B. +inf

@@ -148,7 +148,8 @@ int conv_sum_operand(const Node& n, const BuildCtx& ctx) {
 
 // Value bounds (ir/value_bounds.h) of a float32 convolution's result after its post-ops [0, k_end): per
 // output channel o, inputs within B give |sum| <= B sum_i |w[o, i]| + |bias[o]|, then each post-op in
-// order (a constant operand's magnitude for that channel, another value's bound; ReLU and clamp).
+// order (a constant operand's magnitude for that channel, another value's bound, the activations that
+// epi::activation_bound knows).
 // kUnbounded where a step is unknown (weights that are not constant float32, a division, another activation).
 double conv_bound_upto(const Node& n, const epi::Epilogue& e, size_t k_end, const ValueBounds& b) {
   const Value *x = n.inputs[0], *w = n.inputs[1];
