@@ -504,8 +504,6 @@ class ConvKernel final : public Kernel {
     int input = 0;
     size_t buf_off = kNone;
   };
-  // Full operands of the post-ops by hand in another layout than the result's, reordered into it
-  // (swapped: a copy of the inputs; their entries now point at the copies).
   // Whether the activation after the primitive's post-ops (ops[k_dnnl_]) may run inside it: an f32
   // convolution whose values there are proven finite in checked runs (ir/value_bounds.h) and an
   // activation that oneDNN computes as our row does on finite values (epi::finite_exact_activation).
@@ -525,6 +523,8 @@ class ConvKernel final : public Kernel {
     return exact_;
   }
 
+  // Full operands of the post-ops by hand in another layout than the result's, reordered into it
+  // (swapped: a copy of the inputs; their entries now point at the copies).
   void reorder_hand_operands(void* const* in, State& st, const RunCtx& ctx, void** swapped) const {
     for (size_t i = 0; i < hand_ro_.size(); ++i) {
       const HandReorder& h = hand_ro_[i];
