@@ -187,11 +187,10 @@ bool finite_exact_activation(const Op& op, dnnl::algorithm* alg, float* alpha, f
     return true;
   }
   if (op.code != fe::kX_clamp) return false;
-  const int flags = static_cast<int>(op.p[2]);  // (Clamp's encoding: lo, hi, presence flags)
-  const float lo = static_cast<float>(op.p[0]), hi = static_cast<float>(op.p[1]);
-  if (((flags & 1) && std::isnan(lo)) || ((flags & 2) && std::isnan(hi)) || !(flags & 3)) return false;
-  *alpha = flags & 1 ? lo : -FLT_MAX;
-  *beta = flags & 2 ? hi : FLT_MAX;
+  const ew::Clamp<float> c(op.p);  // (the row's own reading of its numbers)
+  if ((c.has_lo && std::isnan(c.lo)) || (c.has_hi && std::isnan(c.hi)) || !(c.has_lo || c.has_hi)) return false;
+  *alpha = c.has_lo ? c.lo : -FLT_MAX;
+  *beta = c.has_hi ? c.hi : FLT_MAX;
   return true;
 }
 
@@ -199,13 +198,13 @@ double activation_bound(const Op& op, double b) {
   if (!(b < kUnbounded)) return kUnbounded;
   if (op.code == fe::kX_relu) return b;
   if (op.code != fe::kX_clamp) return kUnbounded;
-  const int flags = static_cast<int>(op.p[2]);
-  const double lo = static_cast<float>(op.p[0]), hi = static_cast<float>(op.p[1]);
-  if (((flags & 1) && std::isnan(lo)) || ((flags & 2) && std::isnan(hi))) return kUnbounded;
+  const ew::Clamp<float> c(op.p);
+  if ((c.has_lo && std::isnan(c.lo)) || (c.has_hi && std::isnan(c.hi))) return kUnbounded;
+  const double lo = c.has_lo ? std::fabs(c.lo) : 0.0, hi = c.has_hi ? std::fabs(c.hi) : 0.0;
   // the result lies between the input and the bounds: |r| <= max(b, |lo|, |hi|); with both
   // bounds, in [lo, hi] (or hi alone when lo > hi)
-  double r = std::max(b, std::max(flags & 1 ? std::fabs(lo) : 0.0, flags & 2 ? std::fabs(hi) : 0.0));
-  if ((flags & 3) == 3) r = std::min(r, std::max(std::fabs(lo), std::fabs(hi)));
+  double r = std::max(b, std::max(lo, hi));
+  if (c.has_lo && c.has_hi) r = std::min(r, std::max(lo, hi));
   return checked_bound(r);
 }
 

@@ -116,7 +116,6 @@ size_t hash_types(size_t h, const std::vector<Value*>& vs) {
   return h;
 }
 
-// The channels-last flags of a node's inputs and outputs (part of a kernel's identity).
 // The proven bounds of a node's non-constant inputs (ir/value_bounds.h; part of a kernel's identity: a
 // convolution fuses its activation on them).
 std::vector<double> bounds_of(const Node& n, const BuildCtx& ctx) {
@@ -127,6 +126,7 @@ std::vector<double> bounds_of(const Node& n, const BuildCtx& ctx) {
   return b;
 }
 
+// The channels-last flags of a node's inputs and outputs (part of a kernel's identity).
 std::vector<uint8_t> layouts_of(const Node& n, const BuildCtx& ctx) {
   std::vector<uint8_t> l;
   if (!ctx.channels_last) return l;
